@@ -1,0 +1,17 @@
+"""Hydra entry point: python evaluate.py model.name_or_path=<HF checkpoint dir> eval=<set>."""
+
+import hydra
+
+import multipos  # noqa: F401  (registers OmegaConf resolvers)
+from omegaconf import DictConfig
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
+def main(cfg: DictConfig) -> None:
+    from multipos.evaluate import evaluate
+
+    evaluate(cfg)
+
+
+if __name__ == "__main__":
+    main()

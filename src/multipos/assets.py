@@ -1,0 +1,92 @@
+"""Where real data and checkpoints come from: one setting, one fallback.
+
+The shared assets folder is found through the environment variable ``MULTIPOS_ASSETS`` (default:
+``../shared/assets`` beside the repository). When an asset is not there, multipos falls back to its
+public source (Hugging Face hub id for models, the BEIR download URL for datasets) and raises a
+:class:`AssetNotFoundError` that names both places when neither works.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import urllib.request
+import zipfile
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+#: Public sources of the assets used by the default configs.
+BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{name}.zip"
+HUB_IDS = {"all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2", "bert-base-uncased": "bert-base-uncased"}
+
+
+class AssetNotFoundError(FileNotFoundError):
+    """Neither the assets folder nor the public source could provide an asset."""
+
+
+def assets_dir() -> Path:
+    """The assets folder: ``$MULTIPOS_ASSETS`` or ``<repo>/../shared/assets``."""
+    return Path(os.environ.get("MULTIPOS_ASSETS", REPO_ROOT.parent / "shared" / "assets")).expanduser()
+
+
+def cache_dir() -> Path:
+    """Writable cache for mined negatives, embeddings and downloads: ``$MULTIPOS_CACHE`` or ``<repo>/.cache``."""
+    path = Path(os.environ.get("MULTIPOS_CACHE", REPO_ROOT / ".cache")).expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def resolve_model(name_or_path: str) -> str:
+    """Return a local checkpoint folder or a hub id for ``name_or_path``.
+
+    An existing folder is returned as is; a bare name found in ``<assets>/models/`` resolves there;
+    otherwise the hub id is returned (``transformers`` downloads it where a network exists).
+    """
+    if Path(name_or_path).expanduser().is_dir():
+        return str(Path(name_or_path).expanduser())
+    short = name_or_path.split("/")[-1]
+    local = assets_dir() / "models" / short
+    if local.is_dir():
+        return str(local)
+    return HUB_IDS.get(name_or_path, name_or_path)
+
+
+def resolve_dataset(name_or_path: str, download: bool = True) -> Path:
+    """Return a BEIR-layout folder for a dataset name (``nfcorpus``) or path.
+
+    Looks in order at: an existing path, ``<assets>/data/<name>``, ``<cache>/beir/<name>``, then
+    downloads ``BEIR_URL`` into the cache. Raises AssetNotFoundError naming every place tried.
+    """
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return path
+    candidates = [assets_dir() / "data" / name_or_path, cache_dir() / "beir" / name_or_path]
+    for c in candidates:
+        if c.is_dir():
+            return c
+    url = BEIR_URL.format(name=name_or_path)
+    if download:
+        try:
+            return _download_beir(name_or_path, url)
+        except Exception as e:  # network errors, bad zip
+            reason = f"download from {url} failed: {e}"
+    else:
+        reason = "download disabled"
+    tried = ", ".join(str(c) for c in candidates)
+    raise AssetNotFoundError(
+        f"dataset {name_or_path!r} not found (tried {tried}; {reason}). "
+        "Set MULTIPOS_ASSETS to the shared assets folder or give a BEIR folder path."
+    )
+
+
+def _download_beir(name: str, url: str) -> Path:
+    target = cache_dir() / "beir"
+    target.mkdir(parents=True, exist_ok=True)
+    archive = target / f"{name}.zip"
+    with urllib.request.urlopen(url, timeout=30) as r, archive.open("wb") as f:
+        shutil.copyfileobj(r, f)
+    with zipfile.ZipFile(archive) as z:
+        z.extractall(target)
+    archive.unlink()
+    return target / name

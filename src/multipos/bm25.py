@@ -1,0 +1,43 @@
+"""BM25 lexical retrieval (via the ``bm25s`` library): the zero-shot baseline and the hard-negative miner."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from multipos.readers import Corpus, Run
+
+
+class BM25:
+    """BM25 (Lucene variant, k1=0.9, b=0.4 as in Anserini/BEIR) over a corpus, English stemming and stop words.
+
+    Args: corpus: passages indexed as ``title text``; k1, b: BM25 parameters.
+    """
+
+    def __init__(self, corpus: Corpus, k1: float = 0.9, b: float = 0.4):
+        import bm25s
+
+        try:
+            import Stemmer
+
+            self._stemmer = Stemmer.Stemmer("english")
+        except ImportError:  # pragma: no cover - PyStemmer is a dependency
+            self._stemmer = None
+        self.ids = corpus.ids
+        self._bm25s = bm25s
+        self._index = bm25s.BM25(k1=k1, b=b, method="lucene")
+        tokens = bm25s.tokenize(corpus.texts(), stopwords="en", stemmer=self._stemmer, show_progress=False)
+        self._index.index(tokens, show_progress=False)
+
+    def search(self, queries: dict[str, str], k: int = 1000) -> Run:
+        """Top-``k`` passages per query: {query id → {passage id → BM25 score}} (fewer if the corpus is smaller)."""
+        if not queries:
+            return {}
+        qids = list(queries)
+        k = min(k, len(self.ids))
+        tokens = self._bm25s.tokenize([queries[q] for q in qids], stopwords="en", stemmer=self._stemmer, show_progress=False)
+        idx, scores = self._index.retrieve(tokens, k=k, show_progress=False, n_threads=1)
+        run: Run = {}
+        for row, qid in enumerate(qids):
+            keep = scores[row] > 0  # bm25s pads with zero-score hits when fewer terms match
+            run[qid] = {self.ids[int(i)]: float(s) for i, s in zip(np.asarray(idx[row])[keep], np.asarray(scores[row])[keep])}
+        return run

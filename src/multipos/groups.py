@@ -1,0 +1,191 @@
+"""Training groups: which passages a query trains on, and who is positive or negative for whom.
+
+This module is the single place where the paper's group-composition rules live (Sec. 4):
+
+* positive regimes: ``homogeneous`` (silver/LLM positives only), ``heterogeneous`` (one gold/human
+  positive first, then silver), ``gold`` (gold only; curriculum stage 2) and ``all`` (gold then silver);
+* ``M`` positives per group, chosen ``first`` (annotation order) or ``random`` (uniform, re-drawn each
+  epoch; the gold positive of a heterogeneous group stays first);
+* single-positive objectives: ``first`` (SingleLH) or ``random`` (Rand1LH, one uniform draw per query
+  and epoch), the group then has 1 positive and G − 1 hard negatives;
+* hard negatives fill the group to size ``G``; a judged positive of a query is never its negative, and
+  in-batch columns that are positives of query i (whatever group they came from) are masked out of
+  query i's negatives.
+
+All randomness is seeded by (seed, epoch, query id), so a run is reproducible and independent of
+batch order and of the number of workers.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+REGIMES = ("homogeneous", "heterogeneous", "gold", "all")
+SELECTIONS = ("first", "random")
+
+
+@dataclass
+class TrainQuery:
+    """A training query with its graded positives and mined hard negatives (passage ids).
+
+    Attributes:
+        query_id, query: id and text.
+        gold: gold (human, grade 2) positives in order (annotation order or teacher score).
+        silver: silver (LLM-like, grade 1) positives in order.
+        negatives: hard negatives, best-ranked first (judged passages already removed).
+        judged: every passage known to be relevant to the query (any grade): never a negative.
+    """
+
+    query_id: str
+    query: str
+    gold: list[str] = field(default_factory=list)
+    silver: list[str] = field(default_factory=list)
+    negatives: list[str] = field(default_factory=list)
+    judged: set[str] = field(default_factory=set)
+
+    def __post_init__(self):
+        self.judged = set(self.judged) | set(self.gold) | set(self.silver)
+
+    def positives(self, regime: str) -> list[str]:
+        """Ordered positives of this query under ``regime`` (empty if the regime excludes it).
+
+        Raises ValueError for an unknown regime.
+        """
+        if regime == "homogeneous":
+            return list(self.silver)
+        if regime == "heterogeneous":
+            return [self.gold[0], *self.silver] if self.gold else []
+        if regime == "gold":
+            return list(self.gold)
+        if regime == "all":
+            return [*self.gold, *self.silver]
+        raise ValueError(f"unknown positive regime {regime!r} (data.regime); allowed: {', '.join(REGIMES)}")
+
+
+@dataclass
+class Group:
+    """One query's training group: ``passage_ids[:n_positives]`` are its positives (len = G)."""
+
+    query_id: str
+    query: str
+    passage_ids: list[str]
+    n_positives: int
+    judged: set[str]
+
+
+class GroupBuilder:
+    """Builds fixed-size training groups (paper Sec. 4, "group construction").
+
+    Args:
+        group_size: G ≥ 2, passages per query (positives + hard negatives).
+        max_positives: M, 1 ≤ M ≤ G; a query with fewer positives uses all of them and more hard
+            negatives (M = G leaves only in-batch negatives for queries with ≥ G positives).
+        positive_selection: ``first`` (first-M in order) or ``random`` (random-M, re-drawn each epoch).
+        single_positive: ``None`` (multi-positive objectives), ``"first"`` (SingleLH) or
+            ``"random"`` (Rand1LH).
+        negative_selection: ``first`` (top-ranked hard negatives) or ``random`` (sampled per epoch
+            from the mined list).
+        pin_first: keep the first positive (the gold one of a heterogeneous group) when sampling.
+        seed: base seed.
+
+    Raises:
+        ValueError: G < 2, M < 1, M > G, or unknown selection names.
+    """
+
+    def __init__(
+        self,
+        group_size: int,
+        max_positives: int,
+        positive_selection: str = "first",
+        single_positive: str | None = None,
+        negative_selection: str = "random",
+        pin_first: bool = False,
+        seed: int = 0,
+    ):
+        if group_size < 2:
+            raise ValueError(f"data.group_size (G) must be >= 2 (one positive + one negative), got {group_size}")
+        if max_positives < 1:
+            raise ValueError(f"data.max_positives (M) must be >= 1, got {max_positives}")
+        if max_positives > group_size:
+            raise ValueError(f"data.max_positives (M={max_positives}) cannot exceed data.group_size (G={group_size})")
+        for name, value in (("positive_selection", positive_selection), ("negative_selection", negative_selection)):
+            if value not in SELECTIONS:
+                raise ValueError(f"data.{name} must be one of {SELECTIONS}, got {value!r}")
+        if single_positive not in (None, *SELECTIONS):
+            raise ValueError(f"single_positive must be None, 'first' or 'random', got {single_positive!r}")
+        self.group_size = group_size
+        self.max_positives = max_positives
+        self.positive_selection = positive_selection
+        self.single_positive = single_positive
+        self.negative_selection = negative_selection
+        self.pin_first = pin_first
+        self.seed = seed
+
+    def rng(self, query_id: str, epoch: int) -> random.Random:
+        """Deterministic RNG for one query in one epoch."""
+        return random.Random(f"{self.seed}:{epoch}:{query_id}")
+
+    def select_positives(self, positives: Sequence[str], rng: random.Random) -> list[str]:
+        """The positives that enter the group: 1 for single-positive objectives, else up to M."""
+        if not positives:
+            raise ValueError("cannot build a group for a query without positives")
+        if self.single_positive == "first":
+            return [positives[0]]
+        if self.single_positive == "random":
+            return [rng.choice(list(positives))]
+        m = min(self.max_positives, len(positives))
+        if self.positive_selection == "first" or m == len(positives):
+            return list(positives[:m])
+        head = [positives[0]] if self.pin_first else []
+        rest = list(positives[len(head):])
+        return head + rng.sample(rest, m - len(head))
+
+    def build(self, query: TrainQuery, positives: Sequence[str], epoch: int, fallback_ids: Sequence[str] = ()) -> Group:
+        """Build the group of ``query`` for ``epoch``.
+
+        ``fallback_ids`` (e.g. the corpus) tops up negatives when the mined list is too short.
+        Raises ValueError if fewer than G − n_pos non-positive passages can be found.
+        """
+        rng = self.rng(query.query_id, epoch)
+        chosen = self.select_positives(positives, rng)
+        need = self.group_size - len(chosen)
+        pool = [n for n in dict.fromkeys(query.negatives) if n not in query.judged]
+        if self.negative_selection == "random" and len(pool) > need:
+            negatives = rng.sample(pool, need)
+        else:
+            negatives = pool[:need]
+        if len(negatives) < need and fallback_ids:
+            taken = set(negatives)
+            candidates = [p for p in fallback_ids if p not in query.judged and p not in taken]
+            negatives += rng.sample(candidates, min(need - len(negatives), len(candidates)))
+        if len(negatives) < need:
+            raise ValueError(
+                f"query {query.query_id!r}: only {len(negatives)} negatives available, group size G="
+                f"{self.group_size} needs {need}"
+            )
+        return Group(query.query_id, query.query, chosen + negatives, len(chosen), query.judged)
+
+
+def group_masks(groups: Sequence[Group]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positive and negative masks of a batch whose columns are the groups' passages concatenated.
+
+    Returns ``positive_mask``, ``negative_mask``: bool [B, B·G]. Query i's positives are the first
+    ``n_positives`` columns of its own group; its negatives are every other column (own hard negatives
+    and in-batch passages) except passages judged relevant to query i, which are ignored — even when
+    they arrived through another query's group (false-negative masking by passage id).
+    """
+    columns = [pid for g in groups for pid in g.passage_ids]
+    n = len(columns)
+    positive_mask = torch.zeros(len(groups), n, dtype=torch.bool)
+    negative_mask = torch.zeros(len(groups), n, dtype=torch.bool)
+    start = 0
+    for i, g in enumerate(groups):
+        positive_mask[i, start : start + g.n_positives] = True
+        own = set(g.passage_ids[: g.n_positives])
+        negative_mask[i] = torch.tensor([pid not in g.judged and pid not in own for pid in columns])
+        start += len(g.passage_ids)
+    return positive_mask, negative_mask

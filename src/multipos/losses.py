@@ -1,0 +1,236 @@
+"""Contrastive objectives for training with several positive passages per query.
+
+Every objective is a pure function of one score matrix and two masks (see ``DESIGN.md``)::
+
+    scores         [B, N]  s(q_i, d_j) for query i and every passage j in the batch (already / tau)
+    positive_mask  [B, N]  True where passage j is a training positive of query i      (D+_i)
+    negative_mask  [B, N]  True where passage j is a negative of query i (hard or in-batch) (D-_i)
+
+A column in neither mask is ignored for that query (e.g. another query's passage that is a judged
+positive of query i, i.e. a false negative).  The candidate pool of query i is D_i = D+_i ∪ D-_i, and
+P(d | q_i) = exp(s_id) / Σ_{d' ∈ D_i} exp(s_id')  (paper, Sec. 3, "candidate pool").
+
+Each objective returns the **unreduced** per-query loss ``[B]`` in float32; the caller averages.
+All computations run in float32 with ``logsumexp`` so any finite input gives a finite output, whatever
+the input dtype (fp32 or bf16).
+
+Objectives (paper, Sec. 3 "Training objectives"):
+
+=====================  =====================================================================
+``singlelh``           InfoNCE on the first positive: −log P(d+_1 | q)               (Eq. 1)
+``rand1lh``            InfoNCE on one positive drawn uniformly per epoch (the data side draws it
+                       and passes a one-positive mask): −log P(d+_r | q)            (Eq. 1)
+``jointlh``            mean NLL over positives: −1/|D+| Σ_{p∈D+} log P(p | q)        (Eq. 2)
+``summarglh``          marginal likelihood: −log Σ_{p∈D+} P(p | q)                    (Eq. 3)
+``lsepair``            log(1 + Σ_{p∈D+} Σ_{n∈D−} exp(s_n − s_p))                      (Eq. 4)
+``lsepair_maxp``       LSEPair with only the highest-scoring positive: log(1 + Σ_n exp(s_n − max_p s_p))
+``lsepair_minp``       LSEPair with only the lowest-scoring positive:  log(1 + Σ_n exp(s_n − min_p s_p))
+``lsepair_maxn``       LSEPair with only the hardest negative: log(1 + Σ_p exp(max_n s_n − s_p))
+``lsepair_minp_maxn``  hardest pair only: log(1 + exp(max_n s_n − min_p s_p))
+``recontriever``       relevance-reweighted likelihood (ReContriever, Lei et al. 2023):
+                       −Σ_{p∈D+} w_p log [exp(s_p) / (exp(s_p) + Σ_{n∈D−} exp(s_n))],
+                       w_p = softmax_{p'∈D+}(sg(s_p'))_p  (sg = stop-gradient, i.e. detached
+                       scores normalised over the query's positives; each positive competes only
+                       with the negatives, as in ReContriever's per-pair InfoNCE)
+=====================  =====================================================================
+
+With |D+| = 1 every objective except the ``maxn`` variants equals InfoNCE.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["OBJECTIVES", "SINGLE_POSITIVE", "ContrastiveLoss", "compute", "check_name"]
+
+# A large finite stand-in for −inf: keeps logsumexp and its gradient finite on empty sets.
+_NEG = -1.0e30
+
+
+def _masked(scores: Tensor, mask: Tensor) -> Tensor:
+    """``scores`` where ``mask`` else a huge negative number (float32, [B, N])."""
+    return scores.masked_fill(~mask, _NEG)
+
+
+def _lse(scores: Tensor, mask: Tensor) -> Tensor:
+    """log Σ_{j: mask} exp(scores_j) per row, [B]; ≈ −1e30 for an empty row."""
+    return torch.logsumexp(_masked(scores, mask), dim=-1)
+
+
+def _log_softplus_pool(first: Tensor, second: Tensor) -> Tensor:
+    """log(1 + exp(first + second)) computed stably, elementwise ([B])."""
+    return torch.nn.functional.softplus(first + second)
+
+
+def infonce(scores: Tensor, positive_mask: Tensor, negative_mask: Tensor) -> Tensor:
+    """InfoNCE for a mask with exactly one positive per row: −s_p + log Σ_{d∈D} exp(s_d).
+
+    Args: scores [B, N] float; positive_mask, negative_mask [B, N] bool. Returns [B] float32.
+    Used by ``singlelh`` and ``rand1lh`` (paper Eq. 1); with several positives in the mask it
+    is the mean over positives of −log P(p | q) with the softmax over D = D+ ∪ D−, i.e. JointLH.
+    """
+    return jointlh(scores, positive_mask, negative_mask)
+
+
+def jointlh(scores: Tensor, positive_mask: Tensor, negative_mask: Tensor) -> Tensor:
+    """JointLH (paper Eq. 2): −1/|D+| Σ_{p∈D+} log P(p | q), softmax over D = D+ ∪ D−. [B, N] → [B]."""
+    pool = positive_mask | negative_mask
+    log_z = _lse(scores, pool)  # [B]
+    n_pos = positive_mask.sum(-1).clamp(min=1)
+    log_p = (scores - log_z[:, None]).masked_fill(~positive_mask, 0.0)
+    return -log_p.sum(-1) / n_pos
+
+
+def summarglh(scores: Tensor, positive_mask: Tensor, negative_mask: Tensor) -> Tensor:
+    """SumMargLH (paper Eq. 3): −log Σ_{p∈D+} P(p | q) = log Σ_D exp(s) − log Σ_{D+} exp(s). [B]."""
+    pool = positive_mask | negative_mask
+    return _lse(scores, pool) - _lse(scores, positive_mask)
+
+
+def lsepair(scores: Tensor, positive_mask: Tensor, negative_mask: Tensor) -> Tensor:
+    """LSEPair (paper Eq. 4): log(1 + Σ_{p∈D+} Σ_{n∈D−} exp(s_n − s_p)).
+
+    The double sum factorises: Σ_{p,n} exp(s_n − s_p) = exp(lse_n(s_n) + lse_p(−s_p)). [B, N] → [B].
+    """
+    return _log_softplus_pool(_lse(scores, negative_mask), _lse(-scores, positive_mask))
+
+
+def lsepair_maxp(scores: Tensor, positive_mask: Tensor, negative_mask: Tensor) -> Tensor:
+    """LSEPair-maxP (paper Sec. 5, LSEPair variants): log(1 + Σ_n exp(s_n − max_p s_p)). [B]."""
+    max_p = _masked(scores, positive_mask).amax(-1)
+    return _log_softplus_pool(_lse(scores, negative_mask), -max_p)
+
+
+def lsepair_minp(scores: Tensor, positive_mask: Tensor, negative_mask: Tensor) -> Tensor:
+    """LSEPair-minP (paper Sec. 5, LSEPair variants): log(1 + Σ_n exp(s_n − min_p s_p)). [B]."""
+    min_p = -_masked(-scores, positive_mask).amax(-1)
+    return _log_softplus_pool(_lse(scores, negative_mask), -min_p)
+
+
+def lsepair_maxn(scores: Tensor, positive_mask: Tensor, negative_mask: Tensor) -> Tensor:
+    """LSEPair-maxN (paper Sec. 5, LSEPair variants): log(1 + Σ_p exp(max_n s_n − s_p)). [B].
+
+    A query without negatives gets loss 0.
+    """
+    max_n = _masked(scores, negative_mask).amax(-1)
+    return _log_softplus_pool(max_n, _lse(-scores, positive_mask))
+
+
+def lsepair_minp_maxn(scores: Tensor, positive_mask: Tensor, negative_mask: Tensor) -> Tensor:
+    """LSEPair-minP-maxN (paper Sec. 5): log(1 + exp(max_n s_n − min_p s_p)), the hardest pair. [B]."""
+    max_n = _masked(scores, negative_mask).amax(-1)
+    min_p = -_masked(-scores, positive_mask).amax(-1)
+    return _log_softplus_pool(max_n, -min_p)
+
+
+def recontriever(scores: Tensor, positive_mask: Tensor, negative_mask: Tensor) -> Tensor:
+    """Relevance-reweighted likelihood in the style of ReContriever (Lei et al., ACL Findings 2023).
+
+    L = −Σ_{p∈D+} w_p [s_p − log(exp(s_p) + Σ_{n∈D−} exp(s_n))],  w = softmax over D+ of the
+    detached scores. Each positive competes only with the negatives; weights sum to 1 per query,
+    so with one positive this is InfoNCE. [B, N] → [B].
+    """
+    weights = torch.softmax(_masked(scores.detach(), positive_mask), dim=-1)  # 0 off D+
+    lse_neg = _lse(scores, negative_mask)  # [B]
+    per_pos = torch.logaddexp(scores, lse_neg[:, None]) - scores  # [B, N]: −log P_p over {p} ∪ D−
+    return (weights * per_pos.masked_fill(~positive_mask, 0.0)).sum(-1)
+
+
+Objective = Callable[[Tensor, Tensor, Tensor], Tensor]
+
+#: Registry: objective name (as in ``conf/loss/<name>.yaml``) → implementation.
+OBJECTIVES: dict[str, Objective] = {
+    "singlelh": infonce,
+    "rand1lh": infonce,
+    "jointlh": jointlh,
+    "summarglh": summarglh,
+    "lsepair": lsepair,
+    "lsepair_maxp": lsepair_maxp,
+    "lsepair_maxn": lsepair_maxn,
+    "lsepair_minp": lsepair_minp,
+    "lsepair_minp_maxn": lsepair_minp_maxn,
+    "recontriever": recontriever,
+}
+
+#: Objectives trained on a single positive per query, and which one the data side must select.
+SINGLE_POSITIVE: dict[str, str] = {"singlelh": "first", "rand1lh": "random"}
+
+
+def check_name(name: str) -> str:
+    """Return ``name`` if it is a known objective, else raise ``ValueError`` listing the allowed names."""
+    if name not in OBJECTIVES:
+        raise ValueError(f"unknown objective {name!r} (loss.name); allowed: {', '.join(sorted(OBJECTIVES))}")
+    return name
+
+
+def compute(
+    name: str,
+    scores: Tensor,
+    positive_mask: Tensor,
+    negative_mask: Tensor | None = None,
+    normalize_by_positives: bool = False,
+) -> Tensor:
+    """Per-query loss of objective ``name`` exactly as the paper defines it.
+
+    Args:
+        name: one of :data:`OBJECTIVES` (``singlelh``, ``rand1lh``, ``jointlh``, ``summarglh``,
+            ``lsepair``, ``lsepair_maxp``, ``lsepair_maxn``, ``lsepair_minp``,
+            ``lsepair_minp_maxn``, ``recontriever``). For ``rand1lh`` / ``singlelh`` pass a mask
+            that holds the one selected positive.
+        scores: [B, N] float (fp32 or bf16), query–passage scores already divided by the temperature.
+        positive_mask: [B, N] bool, D+ per query; every row needs at least one True.
+        negative_mask: [B, N] bool, D− per query; default ``~positive_mask``. Columns in neither
+            mask are ignored. A positive that is also flagged negative counts as positive only.
+        normalize_by_positives: divide each query's loss by |D+| (paper Sec. 3, optional
+            normalisation; a no-op for the already averaged ``jointlh``).
+
+    Returns:
+        [B] float32, unreduced loss per query.
+
+    Raises:
+        ValueError: unknown ``name``, shape mismatch, non-boolean masks, or a query row with no positive.
+    """
+    fn = OBJECTIVES[check_name(name)]
+    if scores.dim() != 2:
+        raise ValueError(f"scores must be [B, N], got shape {tuple(scores.shape)}")
+    if negative_mask is None:
+        negative_mask = ~positive_mask
+    for field, mask in (("positive_mask", positive_mask), ("negative_mask", negative_mask)):
+        if mask.shape != scores.shape:
+            raise ValueError(f"{field} shape {tuple(mask.shape)} != scores shape {tuple(scores.shape)}")
+        if mask.dtype != torch.bool:
+            raise ValueError(f"{field} must be a bool tensor, got {mask.dtype}")
+    n_pos = positive_mask.sum(-1)
+    if bool((n_pos == 0).any()):
+        rows = (n_pos == 0).nonzero().flatten().tolist()[:10]
+        raise ValueError(f"objective {name!r}: query rows {rows} have no positive in positive_mask")
+    negative_mask = negative_mask & ~positive_mask
+    loss = fn(scores.float(), positive_mask, negative_mask)
+    if normalize_by_positives and name != "jointlh":
+        loss = loss / n_pos.to(loss.dtype)
+    return loss
+
+
+class ContrastiveLoss(nn.Module):
+    """Batch loss = mean over queries of :func:`multipos.losses.compute` (``conf/loss/<name>.yaml``).
+
+    Args: name: objective name; normalize_by_positives: divide each query's loss by |D+|.
+    Raises: ValueError for an unknown objective name.
+    """
+
+    def __init__(self, name: str, normalize_by_positives: bool = False):
+        super().__init__()
+        self.name = check_name(name)
+        self.normalize_by_positives = normalize_by_positives
+
+    @property
+    def single_positive(self) -> str | None:
+        """``first`` / ``random`` for SingleLH / Rand1LH (the data side selects the positive), else None."""
+        return SINGLE_POSITIVE.get(self.name)
+
+    def forward(self, scores: Tensor, positive_mask: Tensor, negative_mask: Tensor) -> Tensor:
+        """scores [B, N], masks [B, N] → scalar mean loss."""
+        return compute(self.name, scores, positive_mask, negative_mask, self.normalize_by_positives).mean()

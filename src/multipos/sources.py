@@ -1,0 +1,182 @@
+"""Training-data sources: turn files on disk into a corpus and a list of :class:`TrainQuery`.
+
+* :class:`BeirGradedSource` — a BEIR folder with graded training qrels (NFCorpus: grade 2 = gold,
+  grade 1 = silver), hard negatives mined with BM25 and cached on disk.
+* :class:`TevatronSource` — the paper's released data in the Tevatron JSONL schema, a file or an
+  HF ``datasets`` dataset; the first ``gold_positives`` positives of each line are gold.
+
+Positive order inside a tier is ``given`` (file order) or ``teacher`` (descending score of a
+teacher dual encoder, by default the starting checkpoint — the paper's annotations are ordered by
+utility, Sec. 4). Orders and mined negatives are cached under ``<cache>/`` with the settings that
+produced them in the file name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+
+from multipos.assets import cache_dir, resolve_dataset
+from multipos.groups import TrainQuery
+from multipos.readers import (Corpus, DataFormatError, check_qrels_ids, load_tevatron_hf, read_corpus,
+                              read_qrels, read_queries, read_tevatron)
+
+log = logging.getLogger(__name__)
+ORDERINGS = ("given", "teacher")
+
+
+def _cache_json(name: str, settings: dict, compute):
+    """Load ``compute()``'s JSON result from the cache, keyed by ``settings``, or compute and store it."""
+    key = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+    path = cache_dir() / name / f"{key}.json"
+    if path.is_file():
+        return json.loads(path.read_text())["value"]
+    value = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"settings": settings, "value": value}))
+    os.replace(tmp, path)
+    return value
+
+
+def mine_bm25_negatives(corpus: Corpus, queries: dict[str, str], judged: dict[str, set[str]], depth: int,
+                        source: str) -> dict[str, list[str]]:
+    """BM25 hard negatives: top-``depth`` passages per query minus every judged passage. Cached."""
+
+    def compute():
+        from multipos.bm25 import BM25
+
+        log.info("mining BM25 negatives for %d queries (depth %d)", len(queries), depth)
+        run = BM25(corpus).search(queries, k=depth + max((len(j) for j in judged.values()), default=0))
+        out = {}
+        for q, docs in run.items():
+            ranked = sorted(docs, key=lambda d: -docs[d])
+            out[q] = [d for d in ranked if d not in judged.get(q, ())][:depth]
+        return out
+
+    settings = {"source": source, "n_passages": len(corpus), "queries": len(queries), "depth": depth, "miner": "bm25s-lucene-0.9-0.4"}
+    return _cache_json("negatives", settings, compute)
+
+
+def teacher_order(queries: list[TrainQuery], query_texts: dict[str, str], corpus: Corpus, teacher: str,
+                  source: str, query_max_length: int = 32, passage_max_length: int = 256) -> None:
+    """Reorder each query's gold and silver positives by descending teacher score (in place). Cached.
+
+    ``teacher`` is a checkpoint name/path loaded as a :class:`~multipos.model.DualEncoder` with its
+    saved pooling/normalisation (mean + L2 for MiniLM).
+    """
+
+    def compute():
+        import torch
+
+        from multipos.model import DualEncoder
+        from multipos.retrieval import encode
+
+        model = DualEncoder(teacher, pooling="mean", normalize=True, query_max_length=query_max_length,
+                            passage_max_length=passage_max_length)
+        pids = sorted({p for q in queries for p in (*q.gold, *q.silver)})
+        log.info("teacher ordering: encoding %d positives and %d queries with %s", len(pids), len(queries), teacher)
+        p_emb = encode(model, corpus.texts(pids), "passage")
+        q_emb = encode(model, [query_texts[q.query_id] for q in queries], "query")
+        row = {p: i for i, p in enumerate(pids)}
+        out = {}
+        for i, q in enumerate(queries):
+            out[q.query_id] = {p: float(q_emb[i] @ p_emb[row[p]]) for p in (*q.gold, *q.silver)}
+        del model
+        torch.set_grad_enabled(True)
+        return out
+
+    settings = {"source": source, "teacher": teacher, "queries": len(queries), "lq": query_max_length, "lp": passage_max_length}
+    scores = _cache_json("teacher_scores", settings, compute)
+    for q in queries:
+        s = scores[q.query_id]
+        q.gold = sorted(q.gold, key=lambda p: -s[p])
+        q.silver = sorted(q.silver, key=lambda p: -s[p])
+
+
+class BeirGradedSource:
+    """Training queries from a BEIR folder with graded training qrels.
+
+    Args:
+        path: BEIR folder or dataset name (e.g. ``nfcorpus``; resolved via MULTIPOS_ASSETS).
+        qrels_file: graded qrels relative to the folder (TREC or BEIR TSV), e.g. ``qrels-graded/train.s-3.qrel``.
+        gold_grade: grade of gold (human) positives; silver_grade: grade of silver positives.
+        negative_depth: BM25 top-k mined per query (judged passages removed).
+        ordering: ``given`` (qrels file order) or ``teacher``; teacher: checkpoint for ``teacher``.
+        max_queries: keep only the first N queries (smoke tests); None = all.
+
+    Raises: DataFormatError for qrels naming unknown ids, ValueError for an unknown ordering.
+    """
+
+    def __init__(self, path: str, qrels_file: str, gold_grade: int = 2, silver_grade: int = 1,
+                 negative_depth: int = 100, ordering: str = "given", teacher: str | None = None,
+                 max_queries: int | None = None):
+        if ordering not in ORDERINGS:
+            raise ValueError(f"unknown data.source.ordering {ordering!r}; allowed: {', '.join(ORDERINGS)}")
+        if ordering == "teacher" and not teacher:
+            raise ValueError("data.source.ordering=teacher needs data.source.teacher (a checkpoint)")
+        self.path, self.qrels_file = path, qrels_file
+        self.gold_grade, self.silver_grade = gold_grade, silver_grade
+        self.negative_depth, self.ordering, self.teacher = negative_depth, ordering, teacher
+        self.max_queries = max_queries
+
+    def load(self) -> tuple[Corpus, list[TrainQuery]]:
+        folder = resolve_dataset(self.path)
+        corpus = read_corpus(folder / "corpus.jsonl")
+        texts = read_queries(folder / "queries.jsonl")
+        qpath = folder / self.qrels_file
+        qrels = read_qrels(qpath)
+        check_qrels_ids(qrels, texts, corpus, str(qpath))
+        if self.max_queries is not None:
+            qrels = dict(list(qrels.items())[: self.max_queries])
+        queries = []
+        for qid, docs in qrels.items():
+            gold = [d for d, g in docs.items() if g >= self.gold_grade]
+            silver = [d for d, g in docs.items() if self.silver_grade <= g < self.gold_grade]
+            queries.append(TrainQuery(qid, texts[qid], gold, silver, judged=set(docs)))
+        tag = f"{folder.resolve()}|{self.qrels_file}"
+        negatives = mine_bm25_negatives(corpus, {q.query_id: q.query for q in queries},
+                                        {q.query_id: q.judged for q in queries}, self.negative_depth, tag)
+        for q in queries:
+            q.negatives = negatives.get(q.query_id, [])
+        if self.ordering == "teacher":
+            teacher_order(queries, texts, corpus, self.teacher, tag)
+        return corpus, queries
+
+
+class TevatronSource:
+    """Training queries in the Tevatron JSONL schema (paper's released MS MARCO / NQ data).
+
+    Args:
+        path: a ``.jsonl`` file, a folder saved by ``datasets``, or an HF hub dataset id.
+        split: split for HF datasets.
+        gold_positives: how many leading ``positive_passages`` are gold (human): 1 for the
+            heterogeneous files (human positive first), 0 for homogeneous (LLM positives only).
+        max_queries: keep only the first N lines.
+    """
+
+    def __init__(self, path: str, split: str = "train", gold_positives: int = 0, max_queries: int | None = None):
+        self.path, self.split, self.gold_positives, self.max_queries = path, split, gold_positives, max_queries
+
+    def load(self) -> tuple[Corpus, list[TrainQuery]]:
+        p = Path(self.path).expanduser()
+        if p.is_file():
+            examples = read_tevatron(p)
+        else:
+            examples = load_tevatron_hf(self.path, self.split)
+        if self.max_queries is not None:
+            examples = examples[: self.max_queries]
+        corpus, queries = Corpus(), []
+        for ex in examples:
+            for passage in (*ex.positives, *ex.negatives):
+                corpus.passages.setdefault(passage.id, passage)
+            pos = [x.id for x in ex.positives]
+            g = self.gold_positives
+            queries.append(TrainQuery(ex.query_id, ex.query, pos[:g], pos[g:], [x.id for x in ex.negatives]))
+        if not queries:
+            raise DataFormatError(f"{self.path}: no training queries")
+        return corpus, queries
+

@@ -1,0 +1,158 @@
+"""The main job: train a dual encoder with a multi-positive objective, then evaluate it.
+
+``python train.py loss=<objective> data=<regime config> model=<encoder>`` (Hydra entry point at the
+repository root) calls :func:`train`. Outputs in the Hydra run directory:
+
+* ``model/`` — final weights in HF format (best dev checkpoint), loadable by ``transformers``;
+* ``metrics.json`` — ``{"<eval set>": {"ndcg@10": …, "mrr@10": …, "recall@100": …, "recall@1000": …}}``;
+* ``references.json`` — the same metrics for BM25 and the zero-shot starting encoder;
+* ``run.<eval set>.trec`` — TREC run files (top-1000); ``checkpoints/``, ``csv/`` (Lightning logs).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import lightning as L
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from multipos.assets import cache_dir
+from multipos.callbacks import RetrievalValidation
+from multipos.evaluation import EvalSet, bm25_run, dense_run, evaluate_run, write_metrics
+from multipos.losses import ContrastiveLoss
+from multipos.readers import write_run
+
+log = logging.getLogger(__name__)
+
+
+def output_dir(cfg: DictConfig) -> Path:
+    """The run directory: Hydra's output dir when running under Hydra, else ``cfg.paths.output_dir``."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return Path(HydraConfig.get().runtime.output_dir)
+    except ValueError:
+        return Path(cfg.paths.output_dir)
+
+
+def stages(cfg: DictConfig, datamodule, loss: ContrastiveLoss) -> list[tuple[str, ContrastiveLoss, int]]:
+    """(regime, objective, epochs) per training stage: one stage, or two for the curriculum regime
+    (stage 1: silver positives with the chosen objective; stage 2: gold positives with SingleLH)."""
+    if datamodule.regime == "curriculum":
+        c = datamodule.curriculum
+        return [("homogeneous", loss, int(c["silver_epochs"])), ("gold", ContrastiveLoss("singlelh"), int(c["gold_epochs"]))]
+    return [(datamodule.regime, loss, int(cfg.trainer.max_epochs))]
+
+
+def evaluate_sets(model, sets: list[EvalSet], cfg: DictConfig, out: Path | None, cache: Path | None) -> dict:
+    """Dense retrieval + ranx metrics on each set; writes ``run.<set>.trec`` into ``out`` if given."""
+    results = {}
+    for es in sets:
+        data = es.load()
+        run = dense_run(model, data, k=cfg.eval.k, batch_size=cfg.eval.batch_size, bf16=cfg.eval.bf16,
+                        passage_max_length=cfg.eval.passage_max_length, cache=cache, index=cfg.eval.index)
+        results[es.name] = evaluate_run(data.qrels, run, es.metrics, es.relevance_threshold)
+        if out is not None:
+            write_run(run, out / f"run.{es.name}.trec", tag=str(cfg.get("run_name", "multipos")))
+        log.info("%s: %s", es.name, json.dumps({k: round(v, 4) for k, v in results[es.name].items()}))
+    return results
+
+
+def references(cfg: DictConfig, sets: list[EvalSet], zero_shot: bool = True) -> dict:
+    """BM25 and (``zero_shot``) starting-checkpoint metrics on ``sets``; embeddings cached across runs."""
+    from multipos.model import DualEncoder
+
+    refs = {"bm25": {}}
+    for es in sets:
+        data = es.load()
+        refs["bm25"][es.name] = evaluate_run(data.qrels, bm25_run(data, cfg.eval.k), es.metrics, es.relevance_threshold)
+    if zero_shot:
+        refs["zero-shot"] = evaluate_sets(instantiate(cfg.model), sets, cfg, None, cache_dir())
+    return refs
+
+
+def format_table(results: dict, refs: dict, metric_sets: list[EvalSet]) -> str:
+    """Plain-text table: one row per system (BM25, zero-shot, this run) and one column per set/metric."""
+    cols = [(es.name, m) for es in metric_sets for m in es.metrics]
+    head = "system".ljust(12) + "".join(f"{s}:{m}".rjust(max(14, len(s) + len(m) + 2)) for s, m in cols)
+    lines = [head]
+    rows = [*((name, r) for name, r in refs.items()), ("this run", results)]
+    for name, res in rows:
+        cells = "".join(f"{res.get(s, {}).get(m, float('nan')):.4f}".rjust(max(14, len(s) + len(m) + 2)) for s, m in cols)
+        lines.append(name.ljust(12) + cells)
+    return "\n".join(lines)
+
+
+def build_trainer(cfg: DictConfig, out: Path, stage: int, callbacks: list) -> L.Trainer:
+    """Instantiate ``cfg.trainer`` with the logger, checkpointing and validation callbacks."""
+    logger = instantiate(cfg.logger) if cfg.get("logger") else False
+    return instantiate(cfg.trainer, default_root_dir=str(out), logger=logger, callbacks=callbacks,
+                       max_epochs=None if stage is None else stage)
+
+
+def train(cfg: DictConfig) -> dict:
+    """Run the main job described in the module docstring; returns the metrics dict written to ``metrics.json``.
+
+    Raises: ValueError / DataFormatError for invalid configuration or data, before anything is written.
+    """
+    out = output_dir(cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    L.seed_everything(cfg.seed, workers=True)
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+
+    loss: ContrastiveLoss = instantiate(cfg.loss)
+    datamodule = instantiate(cfg.data, seed=cfg.seed)
+    test_sets: list[EvalSet] = [instantiate(s) for s in cfg.eval.test_sets.values()]
+    val_set: EvalSet | None = instantiate(cfg.eval.validation) if cfg.eval.get("validation") else None
+    datamodule.setup()  # data errors surface before any training or writing
+
+    refs = {}
+    if cfg.eval.references:
+        refs = references(cfg, ([val_set] if val_set else []) + test_sets)
+        write_metrics(out / "references.json", refs)
+
+    model = instantiate(cfg.model)
+    plan = stages(cfg, datamodule, loss)
+    best_path = None
+    for i, (regime, objective, epochs) in enumerate(plan):
+        if epochs <= 0:
+            continue
+        log.info("stage %d/%d: regime=%s objective=%s epochs=%d", i + 1, len(plan), regime, objective.name, epochs)
+        datamodule.set_stage(regime, objective.single_positive)
+        callbacks = []
+        if val_set is not None:
+            callbacks.append(RetrievalValidation(val_set, batch_size=cfg.eval.batch_size, bf16=cfg.eval.bf16,
+                                                 passage_max_length=cfg.eval.passage_max_length, cache=cache_dir()))
+        ckpt = L.pytorch.callbacks.ModelCheckpoint(
+            dirpath=str(out / "checkpoints" / f"stage{i + 1}"), filename="{epoch}-{step}",
+            monitor="val/ndcg@10" if val_set is not None else None, mode="max", save_top_k=1, save_last=True,
+            save_weights_only=cfg.get("save_weights_only", False))
+        callbacks.append(ckpt)
+        trainer = build_trainer(cfg, out, epochs, callbacks)
+        module = instantiate(cfg.optim, model=model, loss=objective)
+        trainer.fit(module, datamodule=datamodule)
+        best_path = ckpt.best_model_path or ckpt.last_model_path
+        if best_path:
+            state = torch.load(best_path, map_location="cpu", weights_only=False)["state_dict"]
+            module.load_state_dict(state)
+            log.info("stage %d: kept checkpoint %s (%s=%s)", i + 1, best_path, ckpt.monitor, ckpt.best_model_score)
+    model.save_pretrained(out / "model")
+
+    results = evaluate_sets(model, ([val_set] if val_set else []) + test_sets, cfg, out, cache_dir())
+    write_metrics(out / "metrics.json", results)
+    table = format_table(results, refs, ([val_set] if val_set else []) + test_sets)
+    (out / "results.txt").write_text(table + "\n")
+    print("\n" + table + "\n")
+    print(f"run directory: {out}")
+    return results
+
+
+def console_main() -> None:  # pragma: no cover - thin wrapper for the `multipos-train` script
+    import hydra
+
+    hydra.main(version_base="1.3", config_path=str(Path(__file__).resolve().parents[2] / "conf"),
+               config_name="train")(lambda cfg: train(cfg))()
