@@ -32,6 +32,8 @@ class EvalSet:
         relevance_threshold: minimum grade counted relevant by binary metrics.
         metrics: ranx metric names.
         max_queries: evaluate only the first N judged queries (smoke tests); None = all.
+        max_passages: shrink the corpus to the kept queries' judged passages plus the first
+            passages in corpus order up to this many (smoke tests); None = whole corpus.
     """
 
     name: str
@@ -41,6 +43,7 @@ class EvalSet:
     relevance_threshold: int = 1
     metrics: list[str] = field(default_factory=lambda: list(DEFAULT_METRICS))
     max_queries: int | None = None
+    max_passages: int | None = None
 
     def load(self) -> BeirDataset:
         data = load_beir(resolve_dataset(self.path), self.split, self.qrels_file)
@@ -48,6 +51,10 @@ class EvalSet:
             keep = list(data.qrels)[: self.max_queries]
             data.qrels = {q: data.qrels[q] for q in keep}
             data.queries = {q: data.queries[q] for q in keep}
+        if self.max_passages is not None:
+            judged = {d for docs in data.qrels.values() for d in docs}
+            keep_ids = list(dict.fromkeys([*(d for d in data.corpus.ids if d in judged), *data.corpus.ids[: self.max_passages]]))
+            data.corpus.passages = {d: data.corpus.passages[d] for d in keep_ids[: max(self.max_passages, len(judged))]}
         data.name = self.name
         return data
 

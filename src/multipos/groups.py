@@ -160,7 +160,7 @@ class GroupBuilder:
             negatives = pool[:need]
         if len(negatives) < need and fallback_ids:
             taken = set(negatives)
-            candidates = [p for p in fallback_ids if p not in query.judged and p not in taken]
+            candidates = [p for p in dict.fromkeys(fallback_ids) if p not in query.judged and p not in taken]
             negatives += rng.sample(candidates, min(need - len(negatives), len(candidates)))
         if len(negatives) < need:
             raise ValueError(

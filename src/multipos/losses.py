@@ -191,14 +191,15 @@ def compute(
         [B] float32, unreduced loss per query.
 
     Raises:
-        ValueError: unknown ``name``, shape mismatch, non-boolean masks, or a query row with no positive.
+        ValueError: unknown ``name``, shape mismatch, non-boolean masks, a query row with no positive,
+            or several positives in a row for ``singlelh`` / ``rand1lh``.
     """
     fn = OBJECTIVES[check_name(name)]
     if scores.dim() != 2:
         raise ValueError(f"scores must be [B, N], got shape {tuple(scores.shape)}")
-    if negative_mask is None:
-        negative_mask = ~positive_mask
     for field, mask in (("positive_mask", positive_mask), ("negative_mask", negative_mask)):
+        if mask is None:
+            continue
         if mask.shape != scores.shape:
             raise ValueError(f"{field} shape {tuple(mask.shape)} != scores shape {tuple(scores.shape)}")
         if mask.dtype != torch.bool:
@@ -207,6 +208,12 @@ def compute(
     if bool((n_pos == 0).any()):
         rows = (n_pos == 0).nonzero().flatten().tolist()[:10]
         raise ValueError(f"objective {name!r}: query rows {rows} have no positive in positive_mask")
+    if name in SINGLE_POSITIVE and bool((n_pos > 1).any()):
+        rows = (n_pos > 1).nonzero().flatten().tolist()[:10]
+        raise ValueError(f"objective {name!r} trains on one positive per query, but rows {rows} have several "
+                         "(select it on the data side: GroupBuilder(single_positive=...))")
+    if negative_mask is None:
+        negative_mask = ~positive_mask
     negative_mask = negative_mask & ~positive_mask
     loss = fn(scores.float(), positive_mask, negative_mask)
     if normalize_by_positives and name != "jointlh":

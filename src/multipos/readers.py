@@ -223,7 +223,7 @@ class TevatronExample:
 
 
 def _passages(obj: dict, key: str, where: str) -> list[Passage]:
-    items = obj.get(key, [])
+    items = obj.get(key) or []  # HF datasets turn a missing list into None
     if not isinstance(items, list):
         raise DataFormatError(f"{where}: field {key!r} must be a list")
     out = []

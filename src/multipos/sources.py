@@ -166,7 +166,7 @@ class TevatronSource:
         if p.is_file():
             examples = read_tevatron(p)
         else:
-            examples = load_tevatron_hf(self.path, self.split)
+            examples = load_tevatron_hf(str(p) if p.exists() else self.path, self.split)
         if self.max_queries is not None:
             examples = examples[: self.max_queries]
         corpus, queries = Corpus(), []

@@ -30,13 +30,8 @@ log = logging.getLogger(__name__)
 
 
 def output_dir(cfg: DictConfig) -> Path:
-    """The run directory: Hydra's output dir when running under Hydra, else ``cfg.paths.output_dir``."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        return Path(HydraConfig.get().runtime.output_dir)
-    except ValueError:
-        return Path(cfg.paths.output_dir)
+    """The run directory ``cfg.paths.output_dir`` (Hydra's run dir under ``train.py``)."""
+    return Path(cfg.paths.output_dir)
 
 
 def stages(cfg: DictConfig, datamodule, loss: ContrastiveLoss) -> list[tuple[str, ContrastiveLoss, int]]:

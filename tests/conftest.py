@@ -1,0 +1,92 @@
+"""Shared fixtures: a tiny randomly initialised BERT checkpoint and a tiny graded BEIR dataset.
+
+Nothing is downloaded: the tokenizer vocabulary is written from the fixture texts and the model is
+built from a config.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "offline")
+
+REPO = Path(__file__).resolve().parents[1]
+TOPICS = {
+    "heart": "cholesterol statin artery heart blood pressure cardiac",
+    "cancer": "tumor breast cancer cells chemotherapy oncology",
+    "diet": "vegetables fruit fiber diet nutrition plant",
+    "sleep": "sleep melatonin insomnia night rest circadian",
+    "bone": "calcium bone osteoporosis fracture vitamin dairy",
+}
+
+
+@pytest.fixture(scope="session")
+def tiny_beir(tmp_path_factory) -> Path:
+    """A BEIR folder with 5 topics × 8 passages, 10 queries, graded train qrels (2 gold / 1 silver)
+    in ``qrels-graded/train.s-3.qrel`` and BEIR dev/test qrels."""
+    root = tmp_path_factory.mktemp("tiny_beir")
+    rng = random.Random(0)
+    corpus, queries, train, dev, test = [], [], [], [], []
+    for t, (topic, words) in enumerate(TOPICS.items()):
+        vocab = words.split()
+        for k in range(8):
+            text = " ".join(rng.choice(vocab) for _ in range(20))
+            corpus.append({"_id": f"{topic}-{k}", "title": f"{topic} study {k}", "text": text})
+        for j in range(2):
+            qid = f"q-{topic}-{j}"
+            queries.append({"_id": qid, "text": f"{vocab[j]} {vocab[j + 2]} {topic}"})
+            split = train if j == 0 else dev if t % 2 else test
+            for k in range(6):
+                split.append((qid, f"{topic}-{k}", 2 if k < 2 else 1))
+    with (root / "corpus.jsonl").open("w") as f:
+        f.writelines(json.dumps(c) + "\n" for c in corpus)
+    with (root / "queries.jsonl").open("w") as f:
+        f.writelines(json.dumps(q) + "\n" for q in queries)
+    (root / "qrels").mkdir()
+    (root / "qrels-graded").mkdir()
+    for split, rows in (("train", train), ("dev", dev), ("test", test)):
+        with (root / "qrels" / f"{split}.tsv").open("w") as f:
+            f.write("query-id\tcorpus-id\tscore\n")
+            f.writelines(f"{q}\t{d}\t{g}\n" for q, d, g in rows)
+        with (root / "qrels-graded" / f"{split}.s-3.qrel").open("w") as f:
+            f.writelines(f"{q} 0 {d} {g}\n" for q, d, g in rows)
+    return root
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory) -> Path:
+    """A 2-layer, 32-dim randomly initialised BERT with a WordPiece vocab covering the fixture texts."""
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    root = tmp_path_factory.mktemp("tiny_bert")
+    words = sorted({w for ws in TOPICS.values() for w in ws.split()} | set(TOPICS) | {"study"}
+                   | {str(i) for i in range(10)})
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
+    (root / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    tok = BertTokenizerFast(vocab_file=str(root / "vocab.txt"), do_lower_case=True)
+    tok.save_pretrained(root)
+    import torch
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128)
+    BertModel(config).save_pretrained(root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def assets():
+    """The shared assets folder; skips the test when it is absent (e.g. a machine without them)."""
+    from multipos.assets import assets_dir
+
+    path = assets_dir()
+    if not (path / "data" / "nfcorpus").is_dir() or not (path / "models" / "all-MiniLM-L6-v2").is_dir():
+        pytest.skip(f"shared assets not found at {path} (set MULTIPOS_ASSETS)")
+    return path

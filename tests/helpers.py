@@ -1,0 +1,34 @@
+"""Test helpers: compose the project's Hydra configs without running a Hydra app."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+
+import multipos  # noqa: F401  (registers resolvers)
+
+CONF = str(Path(__file__).resolve().parents[1] / "conf")
+
+
+def compose_cfg(config_name: str, overrides: list[str]):
+    """Compose ``conf/<config_name>.yaml`` with ``overrides`` (Hydra override syntax)."""
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        return compose(config_name=config_name, overrides=overrides)
+
+
+def tiny_overrides(tiny_beir: Path, tiny_bert: Path, out: Path, *extra: str) -> list[str]:
+    """Overrides that point the main job at the tiny fixtures (fp32, CPU, small groups)."""
+    return [
+        f"paths.output_dir={out}",
+        f"model.name_or_path={tiny_bert}",
+        "model.pooling=cls", "model.normalize=false", "model.temperature=1.0",
+        f"data.source.path={tiny_beir}", "data.source.ordering=given", "data.source.negative_depth=20",
+        "data.batch_size=2", "data.group_size=4", "data.max_positives=2",
+        "trainer=cpu_fp32", "trainer.max_epochs=1", "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1",
+        "eval=nfcorpus_dev", f"eval.test_sets.nfcorpus_dev.path={tiny_beir}",
+        "eval.test_sets.nfcorpus_dev.name=tiny_test", "eval.test_sets.nfcorpus_dev.split=test",
+        f"eval.validation={{_target_: multipos.evaluation.EvalSet, name: tiny_dev, path: '{tiny_beir}', split: dev, metrics: [ndcg@10]}}",
+        "eval.bf16=false", "eval.k=20", "eval.passage_max_length=64",
+        *extra,
+    ]

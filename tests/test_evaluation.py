@@ -1,0 +1,56 @@
+"""Metrics through ranx against hand-computed values, thresholds, and the dense retrieval path."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from multipos.evaluation import EvalSet, dense_run, evaluate_run
+from multipos.retrieval import search
+
+
+def test_metrics_match_hand_computed():
+    qrels = {"a": {"d1": 2, "d2": 1}, "b": {"d3": 1}}
+    run = {"a": {"d1": 0.9, "d5": 0.5, "d2": 0.1}, "b": {"d4": 1.0, "d3": 0.5}}
+    m = evaluate_run(qrels, run, ["ndcg@10", "mrr@10", "recall@1"])
+    ndcg_a = (2 + 1 / math.log2(4)) / (2 + 1 / math.log2(3))
+    ndcg_b = (1 / math.log2(3)) / 1
+    assert m["ndcg@10"] == pytest.approx((ndcg_a + ndcg_b) / 2, abs=1e-9)
+    assert m["mrr@10"] == pytest.approx((1 + 0.5) / 2, abs=1e-9)
+    assert m["recall@1"] == pytest.approx((0.5 + 0) / 2, abs=1e-9)
+
+
+def test_relevance_threshold_for_binary_metrics():
+    qrels = {"a": {"d1": 1, "d2": 3}}
+    run = {"a": {"d1": 0.9, "d2": 0.5}}
+    assert evaluate_run(qrels, run, ["mrr@10"], relevance_threshold=1)["mrr@10"] == 1.0
+    assert evaluate_run(qrels, run, ["mrr@10"], relevance_threshold=2)["mrr@10"] == 0.5  # TREC DL style
+
+
+def test_missing_query_counts_zero():
+    qrels = {"a": {"d1": 1}, "b": {"d2": 1}}
+    m = evaluate_run(qrels, {"a": {"d1": 1.0}}, ["recall@10"])
+    assert m["recall@10"] == pytest.approx(0.5)
+
+
+def test_faiss_search_is_exact_inner_product():
+    rng = np.random.default_rng(0)
+    p = rng.normal(size=(50, 8)).astype(np.float32)
+    q = rng.normal(size=(3, 8)).astype(np.float32)
+    run = search(q, p, ["x", "y", "z"], [f"p{i}" for i in range(50)], k=5)
+    for r, qid in enumerate(["x", "y", "z"]):
+        best = np.argsort(-(p @ q[r]))[:5]
+        assert list(run[qid]) == [f"p{i}" for i in best]
+
+
+def test_dense_run_on_tiny_beir(tiny_beir, tiny_bert):
+    from multipos.model import DualEncoder
+
+    data = EvalSet("tiny", str(tiny_beir), split="test").load()
+    model = DualEncoder(str(tiny_bert), pooling="mean", normalize=True)
+    run = dense_run(model, data, k=10, bf16=False, progress=False)
+    assert set(run) == set(data.queries) and all(len(v) == 10 for v in run.values())
+    m = evaluate_run(data.qrels, run)
+    assert set(m) == {"ndcg@10", "mrr@10", "recall@100", "recall@1000"}
