@@ -70,7 +70,7 @@ def tiny_bert(tmp_path_factory) -> Path:
                    | {str(i) for i in range(10)})
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
     (root / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    tok = BertTokenizerFast(vocab_file=str(root / "vocab.txt"), do_lower_case=True)
+    tok = BertTokenizerFast(str(root / "vocab.txt"), do_lower_case=True)  # 1st arg: vocab (v5) / vocab_file (v4)
     tok.save_pretrained(root)
     import torch
 
