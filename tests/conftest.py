@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
+# Tests never touch the user's cache of mined negatives and embeddings.
+os.environ["MULTIPOS_CACHE"] = tempfile.mkdtemp(prefix="multipos-test-cache-")
 
 REPO = Path(__file__).resolve().parents[1]
 TOPICS = {

@@ -107,3 +107,22 @@ def test_training_step_reduces_loss(tiny_beir, tiny_bert):
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.9 * losses[0]
+
+
+def test_teacher_ordering_sorts_positives_by_teacher_score(tiny_beir, tiny_bert):
+    from multipos.retrieval import encode
+
+    given = BeirGradedSource(str(tiny_beir), "qrels-graded/train.s-3.qrel", negative_depth=20)
+    teacher = BeirGradedSource(str(tiny_beir), "qrels-graded/train.s-3.qrel", negative_depth=20,
+                               ordering="teacher", teacher=str(tiny_bert))
+    corpus, by_file = given.load()
+    _, by_teacher = teacher.load()
+    model = DualEncoder(str(tiny_bert), pooling="mean", normalize=True, passage_max_length=256)
+    for q0, q1 in zip(by_file, by_teacher):
+        assert sorted(q0.silver) == sorted(q1.silver) and sorted(q0.gold) == sorted(q1.gold)
+        qe = encode(model, [q1.query], "query", progress=False)[0]
+        pe = encode(model, corpus.texts(q1.silver), "passage", progress=False)
+        scores = pe @ qe
+        assert all(scores[i] >= scores[i + 1] - 1e-4 for i in range(len(scores) - 1))
+    with pytest.raises(ValueError, match="ordering"):
+        BeirGradedSource(str(tiny_beir), "x", ordering="bm25")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from transformers import AutoModel
@@ -60,3 +61,34 @@ def test_unknown_objective_lists_choices(tiny_beir, tiny_bert, tmp_path):
     cfg = compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, tmp_path / "r", "loss.name=nope"))
     with pytest.raises(Exception, match="allowed"):
         train(cfg)
+
+
+def test_paper_scale_msmarco_config_on_tevatron_fixture(tiny_beir, tiny_bert, tmp_path):
+    """data=msmarco_hetero reads the Tevatron JSONL schema (here a small fixture in that schema)."""
+    fixture = Path(__file__).parent / "fixtures" / "tevatron_train.jsonl"
+    out = tmp_path / "run"
+    overrides = [o for o in tiny_overrides(tiny_beir, tiny_bert, out) if not o.startswith("data.source.")]
+    cfg = compose_cfg("train", ["data=msmarco_hetero", *overrides, f"data.source.path={fixture}",
+                                "eval.references=false"])
+    assert cfg.data.source.gold_positives == 1 and cfg.data.regime == "heterogeneous"
+    train(cfg)
+    assert (out / "metrics.json").is_file()
+
+
+def test_bert_base_config_is_the_papers_encoder():
+    cfg = compose_cfg("train", ["model=bert_base"])
+    assert cfg.model.name_or_path == "bert-base-uncased"
+    assert cfg.model.pooling == "cls" and cfg.model.normalize is False and cfg.model.temperature == 1.0
+
+
+def test_evaluate_entry_point_scores_any_checkpoint(tiny_beir, tiny_bert, tmp_path):
+    from multipos.evaluate import evaluate
+
+    out = tmp_path / "eval"
+    cfg = compose_cfg("evaluate", [f"model.name_or_path={tiny_bert}", "eval=nfcorpus_test", f"paths.output_dir={out}",
+                                   f"eval.test_sets.nfcorpus_test.path={tiny_beir}", "eval.bf16=false", "eval.k=20",
+                                   "eval.references=true"])
+    results = evaluate(cfg)
+    written = json.loads((out / "metrics.json").read_text())
+    assert written == json.loads(json.dumps(results)) and set(written) == {"nfcorpus_test"}
+    assert (out / "run.nfcorpus_test.trec").is_file()

@@ -6,9 +6,27 @@ formats), ``sources`` (training data), ``data`` (LightningDataModule), ``model``
 ``train`` / ``evaluate`` (the jobs behind ``train.py`` / ``evaluate.py``).
 """
 
+from pathlib import Path
+
 from omegaconf import OmegaConf
 
 __version__ = "0.1.0"
 
-# ${basename:<path>} → last path component (used in run names of evaluate.py).
+
+def auto_precision() -> str:
+    """Lightning precision: ``bf16-mixed`` where bf16 is supported natively (a CUDA GPU with bf16, or a
+    CPU with AVX512-BF16/AMX), else ``32-true``."""
+    import torch
+
+    if torch.cuda.is_available():
+        return "bf16-mixed" if torch.cuda.is_bf16_supported() else "32-true"
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "32-true"
+    return "bf16-mixed" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "32-true"
+
+
+# ${basename:<path>} → last path component (run names of evaluate.py); ${auto_precision:} → see above.
 OmegaConf.register_new_resolver("basename", lambda path: str(path).rstrip("/").split("/")[-1], replace=True)
+OmegaConf.register_new_resolver("auto_precision", auto_precision, replace=True)

@@ -129,6 +129,9 @@ class MultiPosDataModule(L.LightningDataModule):
         p = self.tokenizer(texts, padding=True, truncation=True, max_length=self.passage_max_length, return_tensors="pt")
         return Batch(dict(q), dict(p), positive_mask, negative_mask, [g.query_id for g in groups])
 
+    def transfer_batch_to_device(self, batch, device, dataloader_idx):
+        return batch.to(device) if isinstance(batch, Batch) else super().transfer_batch_to_device(batch, device, dataloader_idx)
+
     def train_dataloader(self) -> DataLoader:
         epoch = self.trainer.current_epoch if self.trainer is not None else 0
         self.dataset.set_epoch(epoch)

@@ -38,9 +38,6 @@ class RetrieverModule(L.LightningModule):
         self.log("train/lr", self.optimizers().param_groups[0]["lr"], prog_bar=False, batch_size=scores.shape[0])
         return loss
 
-    def transfer_batch_to_device(self, batch, device, dataloader_idx):
-        return batch.to(device) if isinstance(batch, Batch) else super().transfer_batch_to_device(batch, device, dataloader_idx)
-
     def configure_optimizers(self):
         decay, no_decay = [], []
         for name, param in self.model.named_parameters():

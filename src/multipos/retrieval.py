@@ -61,7 +61,7 @@ def encode(
 def cached_encode(model: DualEncoder, ids: list[str], texts: list[str], cache_dir: Path | None, tag: str, **kw) -> np.ndarray:
     """:func:`encode` with an on-disk cache keyed by (model weights, corpus ids+texts, max length, pooling).
 
-    ``cache_dir=None`` disables caching (e.g. validation during training, where weights change).
+    ``cache_dir=None`` disables caching; ``tag`` only labels the log line.
     """
     if cache_dir is None:
         return encode(model, texts, **kw)
@@ -69,10 +69,11 @@ def cached_encode(model: DualEncoder, ids: list[str], texts: list[str], cache_di
     for i, t in zip(ids, texts):
         h.update(i.encode())
         h.update(str(len(t)).encode())
-    key = f"{tag}-{model.fingerprint()}-{h.hexdigest()[:12]}-{kw.get('max_length') or model.passage_max_length}"
+    # the key ignores ``tag`` (the set name) so sets sharing a corpus (NFCorpus dev/test) share embeddings
+    key = f"{model.fingerprint()}-{h.hexdigest()[:12]}-{kw.get('max_length') or model.passage_max_length}"
     path = Path(cache_dir) / "embeddings" / f"{key}.npy"
     if path.is_file():
-        log.info("embedding cache hit: %s", path)
+        log.info("embedding cache hit (%s): %s", tag, path)
         return np.load(path)
     emb = encode(model, texts, **kw)
     path.parent.mkdir(parents=True, exist_ok=True)

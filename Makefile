@@ -1,0 +1,38 @@
+# multipos — two set-up commands: `make train` (main job) and `make test` (test suite).
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+
+# The shell here sets PYTHONDONTWRITEBYTECODE, which doubles start-up time of every process.
+unexport PYTHONDONTWRITEBYTECODE
+export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba
+export HF_HUB_DISABLE_TELEMETRY := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install train test test-slow bench clean-cache
+
+install: $(STAMP)
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+## The main job on the embedded default: LSEPair, heterogeneous NFCorpus groups, all-MiniLM-L6-v2.
+train: install
+	$(BIN)/python train.py loss=lsepair data=nfcorpus_hetero model=minilm $(ARGS)
+
+## Default test suite (unit tests + a short real-data smoke test), < 10 minutes on 2 cores.
+test: install
+	$(BIN)/python -m pytest $(ARGS)
+
+## Long end-to-end runs.
+test-slow: install
+	$(BIN)/python -m pytest -m slow $(ARGS)
+
+## Speed benchmarks (encoding throughput, evaluation time, train step) → bench/results/
+bench: install
+	$(BIN)/python bench/bench_speed.py
+
+clean-cache:
+	rm -rf .cache/embeddings

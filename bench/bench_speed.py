@@ -1,0 +1,84 @@
+"""Speed benchmarks on the real assets (all-MiniLM-L6-v2, NFCorpus). Run with ``make bench``.
+
+Measures, and appends to ``bench/results/speed.jsonl`` (one JSON line per run, with machine info):
+* corpus encoding throughput (passages/s) at 256 tokens, bf16 autocast and fp32;
+* NFCorpus test evaluation wall time (323 queries, 3.6k passages) with and without cached corpus
+  embeddings — encoding, FAISS IndexFlatIP top-1000 and ranx metrics;
+* one training step (B=16 queries × G=8 passages, 32/128 tokens, LSEPair, AdamW), bf16 and fp32.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+OUT = Path(__file__).resolve().parent / "results" / "speed.jsonl"
+
+
+def timed(fn, repeat: int = 1) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main() -> None:
+    os.environ.setdefault("MULTIPOS_CACHE", tempfile.mkdtemp(prefix="multipos-bench-"))
+    from multipos.evaluation import EvalSet, dense_run, evaluate_run
+    from multipos.losses import ContrastiveLoss
+    from multipos.model import DualEncoder
+    from multipos.retrieval import encode
+
+    res = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": platform.machine(), "cpus": os.cpu_count(),
+           "torch": torch.__version__, "threads": torch.get_num_threads()}
+    model = DualEncoder("all-MiniLM-L6-v2", pooling="mean", normalize=True, temperature=0.05)
+    data = EvalSet("nfcorpus_test", "nfcorpus", split="test").load()
+    texts = data.corpus.texts()[:512]
+    for bf16 in (True, False):
+        secs = timed(lambda: encode(model, texts, "passage", max_length=256, bf16=bf16, progress=False))
+        res[f"encode_passages_per_s_256tok_{'bf16' if bf16 else 'fp32'}"] = round(len(texts) / secs, 1)
+
+    cache = Path(os.environ["MULTIPOS_CACHE"])
+
+    def evaluate():
+        run = dense_run(model, data, k=1000, cache=cache, progress=False)
+        return evaluate_run(data.qrels, run)
+
+    res["eval_nfcorpus_test_s_cold"] = round(timed(evaluate), 2)  # encodes the corpus, fills the cache
+    res["eval_nfcorpus_test_s_cached"] = round(timed(evaluate, repeat=3), 2)
+
+    loss = ContrastiveLoss("lsepair")
+    q = model.tokenize(["what is the effect of statins on breast cancer"] * 16, "query")
+    p = model.tokenize(texts[:128], "passage", max_length=128)
+    pos = torch.zeros(16, 128, dtype=torch.bool)
+    for i in range(16):
+        pos[i, i * 8: i * 8 + 4] = True
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    model.train()
+    for bf16 in (True, False):
+        def step():
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                scores = model.score(model.encode_queries(q), model.encode_passages(p))
+            value = loss(scores, pos, ~pos)
+            opt.zero_grad()
+            value.backward()
+            opt.step()
+        step()  # warm-up
+        res[f"train_step_s_B16_G8_{'bf16' if bf16 else 'fp32'}"] = round(timed(step, repeat=2), 2)
+
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    with OUT.open("a") as f:
+        f.write(json.dumps(res) + "\n")
+    print(json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    main()
