@@ -126,3 +126,9 @@ def test_teacher_ordering_sorts_positives_by_teacher_score(tiny_beir, tiny_bert)
         assert all(scores[i] >= scores[i + 1] - 1e-4 for i in range(len(scores) - 1))
     with pytest.raises(ValueError, match="ordering"):
         BeirGradedSource(str(tiny_beir), "x", ordering="bm25")
+
+
+def test_dropout_overrides_reach_the_encoder(tiny_bert):
+    model = DualEncoder(str(tiny_bert), attention_dropout=0.0, hidden_dropout=0.2)
+    assert model.query_encoder.config.attention_probs_dropout_prob == 0.0
+    assert model.query_encoder.config.hidden_dropout_prob == 0.2

@@ -6,7 +6,8 @@ repository root) calls :func:`train`. Outputs in the Hydra run directory:
 * ``model/`` — final weights in HF format (best dev checkpoint), loadable by ``transformers``;
 * ``metrics.json`` — ``{"<eval set>": {"ndcg@10": …, "mrr@10": …, "recall@100": …, "recall@1000": …}}``;
 * ``references.json`` — the same metrics for BM25 and the zero-shot starting encoder;
-* ``run.<eval set>.trec`` — TREC run files (top-1000); ``checkpoints/``, ``csv/`` (Lightning logs).
+* ``run.<eval set>.trec`` — TREC run files (top-1000); ``per_query.<eval set>.json`` — {metric: {qid: value}};
+* ``checkpoints/``, ``csv/`` (Lightning logs), ``results.txt`` (the printed comparison table).
 """
 
 from __future__ import annotations
@@ -50,9 +51,10 @@ def evaluate_sets(model, sets: list[EvalSet], cfg: DictConfig, out: Path | None,
         data = es.load()
         run = dense_run(model, data, k=cfg.eval.k, batch_size=cfg.eval.batch_size, bf16=cfg.eval.bf16,
                         passage_max_length=cfg.eval.passage_max_length, cache=cache, index=cfg.eval.index)
-        results[es.name] = evaluate_run(data.qrels, run, es.metrics, es.relevance_threshold)
+        results[es.name], per_query = evaluate_run(data.qrels, run, es.metrics, es.relevance_threshold, per_query=True)
         if out is not None:
             write_run(run, out / f"run.{es.name}.trec", tag=str(cfg.get("run_name", "multipos")))
+            write_metrics(out / f"per_query.{es.name}.json", per_query)  # for paired significance tests
         log.info("%s: %s", es.name, json.dumps({k: round(v, 4) for k, v in results[es.name].items()}))
     return results
 
