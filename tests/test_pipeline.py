@@ -92,3 +92,24 @@ def test_evaluate_entry_point_scores_any_checkpoint(tiny_beir, tiny_bert, tmp_pa
     written = json.loads((out / "metrics.json").read_text())
     assert written == json.loads(json.dumps(results)) and set(written) == {"nfcorpus_test"}
     assert (out / "run.nfcorpus_test.trec").is_file()
+
+
+def test_evaluate_any_beir_folder(tiny_beir, tiny_bert, tmp_path):
+    from multipos.evaluate import evaluate
+
+    out = tmp_path / "eval"
+    cfg = compose_cfg("evaluate", [f"model.name_or_path={tiny_bert}", "eval=beir", f"eval.path={tiny_beir}",
+                                   "eval.split=dev", f"paths.output_dir={out}", "eval.bf16=false", "eval.k=20"])
+    evaluate(cfg)
+    written = json.loads((out / "metrics.json").read_text())
+    assert list(written) == [tiny_beir.name]
+    assert "ndcg@10" in next(iter(written.values()))
+
+
+def test_missing_split_names_the_split(tiny_beir, tiny_bert, tmp_path):
+    from multipos.evaluate import evaluate
+
+    cfg = compose_cfg("evaluate", [f"model.name_or_path={tiny_bert}", "eval=beir", f"eval.path={tiny_beir}",
+                                   "eval.split=validation", f"paths.output_dir={tmp_path / 'e'}"])
+    with pytest.raises(FileNotFoundError, match="validation"):
+        evaluate(cfg)

@@ -99,7 +99,6 @@ def train(cfg: DictConfig) -> dict:
     out = output_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
     L.seed_everything(cfg.seed, workers=True)
-    torch.set_num_threads(max(1, torch.get_num_threads()))
 
     loss: ContrastiveLoss = instantiate(cfg.loss)
     datamodule = instantiate(cfg.data, seed=cfg.seed)
