@@ -1,0 +1,620 @@
+"""Paper-style result tables with significance markers, built from finished run directories.
+
+Input: run directories written by :func:`multipos.train.train` (``metrics.json``,
+``per_query.<eval set>.json``, ``.hydra/config.yaml``, ``.hydra/overrides.yaml`` and optionally
+``references.json``), or sweep directories containing such runs at any depth.
+Output: a Markdown or LaTeX table with one row per run and one column per (eval set, metric).
+
+Conventions (the paper's, with the choices made here):
+
+* **Significance** — two-sided paired t-test over the queries of an eval set
+  (:func:`paired_ttest`, ``scipy.stats.ttest_rel``), at ``alpha = 0.05`` by default. Both runs must
+  have per-query values for exactly the same queries: a mismatch raises ``ValueError`` (nothing is
+  silently dropped). The direction of a significant difference is the sign of the mean per-query
+  difference.
+* **Markers** (appended to the value, SingleLH marker first) — ``+`` / ``-``: significantly better /
+  worse than SingleLH; ``♣`` / ``♦``: significantly better / worse than Rand1LH. Markdown uses the
+  ASCII ``-`` for a drop (the paper prints a minus sign, U+2212); LaTeX uses one superscript per
+  cell: ``$^{+}$``, ``$^{-}$``, ``$^{\\clubsuit}$``, ``$^{\\diamondsuit}$`` (e.g. ``$^{+\\diamondsuit}$``).
+  A run is never compared with itself, so the SingleLH row carries only ♣/♦ and the Rand1LH row only
+  +/-.
+* **Numbers** — the values of ``metrics.json`` with 4 decimals (as in ``results.txt``); with
+  ``percent=True`` ×100 with 2 decimals.
+* **Best / second best** — per column, among the run rows only (the BM25 / zero-shot floor rows from
+  ``references.json`` are shown above the runs, without markers, and never ranked). Ranking uses the
+  *displayed* (rounded) values with dense ranking: every row showing the highest value is bold, every
+  row showing the next distinct value is underlined (so two tied best rows are both bold and the
+  next value is still "second"). A column with a single distinct value is all bold, nothing
+  underlined. Higher is better for every metric.
+
+Command line::
+
+    python -m multipos.report outputs/ multirun/2025-01-01_00-00-00 --table main \\
+        --sets nfcorpus_test trec_dl19 --metrics ndcg@10 mrr@10 --format both --out table.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence, Union
+
+#: Config keys read from ``.hydra/config.yaml`` into :attr:`RunResult.config` (plain values only).
+CONFIG_KEYS = ("loss.name", "data.name", "data.regime", "data.group_size", "data.max_positives",
+               "data.positive_selection", "seed")
+#: Short names usable in ``row_key`` (and used to label dotted keys), e.g. ``row_key="G,M"`` → ``G=8,M=4``.
+KEY_ALIASES = {"objective": "loss.name", "data": "data.name", "regime": "data.regime",
+               "G": "data.group_size", "M": "data.max_positives", "selection": "data.positive_selection",
+               "seed": "seed"}
+SHORT_NAMES = {v: k for k, v in KEY_ALIASES.items()}
+#: Keys compared to pick a run's baseline when several runs share the baseline objective.
+MATCH_KEYS = tuple(k for k in CONFIG_KEYS if k != "loss.name")
+#: Floor rows taken from ``references.json``: (key in the file, row label).
+REFERENCE_ROWS = (("bm25", "BM25"), ("zero-shot", "zero-shot"))
+METRIC_NAMES = {"ndcg@10": "nDCG@10", "mrr@10": "MRR@10", "recall@100": "R@100", "recall@1000": "R@1000"}
+DEFAULT_METRICS = ("ndcg@10", "mrr@10")
+DEFAULT_BASELINES = ("singlelh", "rand1lh")
+#: (improvement, drop) symbols for the first (SingleLH) and second (Rand1LH) baseline.
+MARKER_SYMBOLS = {
+    "markdown": (("+", "-"), ("♣", "♦")),
+    "latex": (("+", "-"), (r"\clubsuit", r"\diamondsuit")),
+}
+FORMATS = ("markdown", "latex")
+
+
+@dataclass(eq=False)
+class RunResult:
+    """One finished run: where it lives, what it trained, and what it scored.
+
+    ``metrics``: ``{set: {metric: value}}`` from ``metrics.json``; ``per_query``:
+    ``{set: {metric: {qid: value}}}`` from every ``per_query.<set>.json``; ``config``: the plain values
+    of :data:`CONFIG_KEYS` (``None`` when absent or an unresolvable interpolation); ``references``:
+    ``references.json`` (``{}`` when absent). Equality is identity.
+    """
+
+    path: Path
+    name: str
+    objective: str | None
+    config: dict[str, object]
+    metrics: dict[str, dict[str, float]]
+    per_query: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict, repr=False)
+    references: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict, repr=False)
+    overrides: list[str] = field(default_factory=list)
+    raw_config: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def label(self) -> str:
+        """The default row label: the objective (``loss.name``), else the directory name."""
+        return self.objective or self.name
+
+    def value(self, eval_set: str, metric: str) -> float:
+        """``metrics.json[eval_set][metric]``; ``ValueError`` naming the file when absent."""
+        try:
+            return self.metrics[eval_set][metric]
+        except KeyError:
+            raise ValueError(f"{self.path / 'metrics.json'}: no {metric!r} for eval set {eval_set!r} "
+                             f"(has: {_describe(self.metrics)})") from None
+
+    def query_values(self, eval_set: str, metric: str) -> dict[str, float]:
+        """Per-query ``{qid: value}`` of ``metric`` on ``eval_set``.
+
+        Raises ``FileNotFoundError`` naming ``per_query.<eval_set>.json`` when the file is missing and
+        ``ValueError`` when it lacks ``metric``.
+        """
+        file = self.path / f"per_query.{eval_set}.json"
+        if eval_set not in self.per_query:
+            raise FileNotFoundError(f"{file}: per-query file missing (needed for significance tests)")
+        if metric not in self.per_query[eval_set]:
+            raise ValueError(f"{file}: no per-query values for {metric!r} "
+                             f"(has: {', '.join(self.per_query[eval_set]) or 'nothing'})")
+        return self.per_query[eval_set][metric]
+
+    def get(self, key: str) -> object:
+        """A config value by alias (:data:`KEY_ALIASES`) or dotted key; ``ValueError`` when absent.
+
+        Keys of :data:`CONFIG_KEYS` come from :attr:`config`; any other dotted key is read unresolved
+        from the raw config (an interpolation comes back as its ``${...}`` text).
+        """
+        key = KEY_ALIASES.get(key, key)
+        if key in self.config:
+            return self.config[key]
+        node: object = self.raw_config
+        for part in key.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                raise ValueError(f"{self.path / '.hydra' / 'config.yaml'}: no config key {key!r}")
+            node = node[part]
+        return node
+
+
+# ----------------------------------------------------------------------------------------------
+# loading
+
+
+def _describe(metrics: Mapping) -> str:
+    return "; ".join(f"{s}: {', '.join(m)}" for s, m in metrics.items()) or "nothing"
+
+
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: invalid JSON ({exc})") from None
+
+
+def _float_map(obj: object, path: Path, what: str) -> dict[str, float]:
+    if not isinstance(obj, Mapping):
+        raise ValueError(f"{path}: expected an object of {what}, got {type(obj).__name__}")
+    out = {}
+    for k, v in obj.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ValueError(f"{path}: value for {k!r} is not a number: {v!r}")
+        out[str(k)] = float(v)
+    return out
+
+
+def _nested(obj: object, path: Path, depth: int) -> dict:
+    """Validate ``{a: {b: number}}`` (depth 2) or ``{a: {b: {c: number}}}`` (depth 3)."""
+    if depth == 1:
+        return _float_map(obj, path, "numbers")
+    if not isinstance(obj, Mapping):
+        raise ValueError(f"{path}: expected a JSON object, got {type(obj).__name__}")
+    return {str(k): _nested(v, path, depth - 1) for k, v in obj.items()}
+
+
+def _load_config(run_dir: Path) -> tuple[dict, dict, list[str]]:
+    """(interesting keys, raw unresolved config, overrides) from ``.hydra/``; empty when absent."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    cfg_path, ovr_path = run_dir / ".hydra" / "config.yaml", run_dir / ".hydra" / "overrides.yaml"
+    config, raw, overrides = {k: None for k in CONFIG_KEYS}, {}, []
+    try:
+        if cfg_path.is_file():
+            cfg = OmegaConf.load(cfg_path)
+            if not isinstance(cfg, DictConfig):
+                raise ValueError(f"{cfg_path}: expected a mapping")
+            for key in CONFIG_KEYS:  # each value on its own: never resolve the whole config
+                value = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
+                if isinstance(value, (DictConfig, ListConfig)):
+                    value = OmegaConf.to_container(value, resolve=False)
+                config[key] = value
+            raw = OmegaConf.to_container(cfg, resolve=False)
+        if ovr_path.is_file():
+            ovr = OmegaConf.load(ovr_path)
+            overrides = [str(o) for o in OmegaConf.to_container(ovr)] if isinstance(ovr, ListConfig) else []
+    except ValueError:
+        raise
+    except Exception as exc:  # yaml / omegaconf parse errors
+        raise ValueError(f"{run_dir / '.hydra'}: cannot read the Hydra config ({exc})") from None
+    return config, raw, overrides
+
+
+def _objective(config: Mapping, overrides: Sequence[str]) -> str | None:
+    if config.get("loss.name"):
+        return str(config["loss.name"])
+    for o in overrides:  # fall back to a `loss=<name>` / `loss.name=<name>` override
+        m = re.fullmatch(r"\+{0,2}loss(?:\.name)?=(\S+)", o.strip())
+        if m:
+            return m.group(1)
+    return None
+
+
+def load_run(run_dir: str | Path, sets: Iterable[str] | None = None, metrics: Iterable[str] | None = None,
+             require_per_query: bool = True) -> RunResult:
+    """Load one run directory into a :class:`RunResult`.
+
+    Inputs: ``run_dir`` (must contain ``metrics.json``); optional ``sets`` / ``metrics`` to validate
+    up front. Reads every ``per_query.<set>.json`` present, ``references.json`` if present and the
+    :data:`CONFIG_KEYS` of ``.hydra/config.yaml`` (values read one by one, the config is never resolved
+    as a whole, so interpolations such as ``${model.name_or_path}`` are harmless).
+
+    Raises ``FileNotFoundError`` naming the path when ``run_dir`` or its ``metrics.json`` is missing,
+    or (``require_per_query``) when ``per_query.<set>.json`` is missing for a requested set;
+    ``ValueError`` naming the file for malformed JSON/YAML or a requested set/metric absent from
+    ``metrics.json`` (or from the per-query file).
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir}: no such run directory")
+    metrics_path = run_dir / "metrics.json"
+    if not metrics_path.is_file():
+        raise FileNotFoundError(f"{metrics_path}: not found — {run_dir} is not a finished run directory")
+    values = _nested(_read_json(metrics_path), metrics_path, 2)
+    per_query = {}
+    for file in sorted(run_dir.glob("per_query.*.json")):
+        per_query[file.name[len("per_query."):-len(".json")]] = _nested(_read_json(file), file, 2)
+    refs_path = run_dir / "references.json"
+    refs = _nested(_read_json(refs_path), refs_path, 3) if refs_path.is_file() else {}
+    config, raw, overrides = _load_config(run_dir)
+    run = RunResult(path=run_dir, name=run_dir.name, objective=_objective(config, overrides), config=config,
+                    metrics=values, per_query=per_query, references=refs, overrides=overrides, raw_config=raw)
+    metrics = list(metrics or ())
+    for s in sets or ():
+        if s not in values:
+            raise ValueError(f"{metrics_path}: no eval set {s!r} (has: {', '.join(values) or 'nothing'})")
+        if require_per_query and s not in per_query:
+            raise FileNotFoundError(f"{run_dir / f'per_query.{s}.json'}: per-query file missing "
+                                    "(needed for significance tests)")
+        for m in metrics:
+            run.value(s, m)
+            if require_per_query:
+                run.query_values(s, m)
+    return run
+
+
+def collect(paths: Iterable[str | Path], sets: Iterable[str] | None = None, metrics: Iterable[str] | None = None,
+            require_per_query: bool = True) -> list[RunResult]:
+    """Load every run under ``paths`` (run directories or sweep directories, searched recursively).
+
+    A path containing ``metrics.json`` is a run; any other directory is searched at any depth for
+    directories containing ``metrics.json`` (sorted by path). Runs reached twice are loaded once.
+    ``sets`` / ``metrics`` / ``require_per_query`` are passed to :func:`load_run`.
+    Returns the runs in the order of ``paths``. Raises ``FileNotFoundError`` naming a path that does
+    not exist or holds no run at all.
+    """
+    sets, metrics = (list(sets) if sets else None), (list(metrics) if metrics else None)
+    runs, seen = [], set()
+    for p in paths:
+        p = Path(p)
+        if not p.exists():
+            raise FileNotFoundError(f"{p}: no such run or sweep directory")
+        if (p / "metrics.json").is_file():
+            dirs = [p]
+        else:
+            dirs = sorted({f.parent for f in p.rglob("metrics.json") if f.is_file()})
+            if not dirs:
+                raise FileNotFoundError(f"{p}: no metrics.json found (not a run directory, and no runs below it)")
+        for d in dirs:
+            key = d.resolve()
+            if key not in seen:
+                seen.add(key)
+                runs.append(load_run(d, sets, metrics, require_per_query))
+    return runs
+
+
+# ----------------------------------------------------------------------------------------------
+# significance
+
+
+def paired_ttest(a: Mapping[str, float], b: Mapping[str, float]) -> tuple[float, float]:
+    """Two-sided paired t-test of ``a`` vs ``b`` (``{qid: value}``): ``scipy.stats.ttest_rel``.
+
+    Returns ``(t, p)``; ``t > 0`` means ``a`` is higher on average. Both must cover exactly the same
+    queries — otherwise ``ValueError`` stating how many queries each side has, how many they share and
+    examples of the differences (no query is silently dropped). At least 2 queries are required, and
+    no value may be NaN. When every difference is exactly 0 (identical runs) the result is
+    ``(0.0, 1.0)`` instead of scipy's NaN.
+    """
+    import numpy as np
+    from scipy.stats import ttest_rel
+
+    if a.keys() != b.keys():
+        only_a, only_b = sorted(a.keys() - b.keys()), sorted(b.keys() - a.keys())
+        raise ValueError(
+            f"paired t-test needs the same queries on both sides: {len(a)} vs {len(b)} queries, "
+            f"{len(a.keys() & b.keys())} in common, {len(only_a)} only in the first (e.g. {only_a[:3]}), "
+            f"{len(only_b)} only in the second (e.g. {only_b[:3]})")
+    if len(a) < 2:
+        raise ValueError(f"paired t-test needs at least 2 queries, got {len(a)}")
+    qids = sorted(a)
+    x = np.array([a[q] for q in qids], dtype=float)
+    y = np.array([b[q] for q in qids], dtype=float)
+    if np.isnan(x).any() or np.isnan(y).any():
+        raise ValueError("paired t-test: per-query values contain NaN")
+    if np.array_equal(x, y):
+        return 0.0, 1.0
+    res = ttest_rel(x, y)
+    return float(res.statistic), float(res.pvalue)
+
+
+def _same_run(a: RunResult, b: RunResult) -> bool:
+    return a is b or a.path.resolve() == b.path.resolve()
+
+
+def _significance(run: RunResult, base: RunResult, eval_set: str, metric: str) -> tuple[float, float]:
+    """(mean per-query difference run − base, two-sided p-value)."""
+    a, b = run.query_values(eval_set, metric), base.query_values(eval_set, metric)
+    try:
+        _, p = paired_ttest(a, b)
+    except ValueError as exc:
+        raise ValueError(f"{eval_set}/{metric}: {run.path} vs {base.path}: {exc}") from None
+    diff = math.fsum(a[q] - b[q] for q in a) / len(a)
+    return diff, p
+
+
+def marker_symbols(run: RunResult, singlelh_run: RunResult | None, rand1lh_run: RunResult | None,
+                   eval_set: str, metric: str, alpha: float = 0.05, fmt: str = "markdown") -> list[str]:
+    """The marker symbols of :func:`markers` as a list (e.g. ``["+", "♦"]``)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
+    out = []
+    for base, (up, down) in zip((singlelh_run, rand1lh_run), MARKER_SYMBOLS[fmt]):
+        if base is None or _same_run(run, base):
+            continue
+        diff, p = _significance(run, base, eval_set, metric)
+        if p < alpha and diff != 0:
+            out.append(up if diff > 0 else down)
+    return out
+
+
+def markers(run: RunResult, singlelh_run: RunResult | None, rand1lh_run: RunResult | None, set: str,
+            metric: str, alpha: float = 0.05, fmt: str = "markdown") -> str:
+    """Significance markers of ``run`` on ``set``/``metric`` against the two baselines.
+
+    Test: :func:`paired_ttest` (two-sided, paired over queries) on the per-query values, significant
+    when ``p < alpha``; direction = sign of the mean per-query difference. Markdown: ``+`` / ``-``
+    (better / worse than ``singlelh_run``) then ``♣`` / ``♦`` (better / worse than ``rand1lh_run``),
+    e.g. ``"+♦"``; LaTeX: the same in one superscript, e.g. ``"$^{+\\diamondsuit}$"``. ``""`` when
+    nothing is significant. A baseline that is ``None`` or ``run`` itself gives no marker.
+    Raises ``FileNotFoundError`` / ``ValueError`` for missing per-query data or differing query sets.
+    """
+    symbols = marker_symbols(run, singlelh_run, rand1lh_run, set, metric, alpha, fmt)
+    if not symbols:
+        return ""
+    return "".join(symbols) if fmt == "markdown" else "$^{" + "".join(symbols) + "}$"
+
+
+def resolve_baseline(run: RunResult, runs: Sequence[RunResult], baseline: str | RunResult | None) -> RunResult | None:
+    """The run that ``run`` is compared with for the baseline objective ``baseline``.
+
+    ``None`` → ``None``; a :class:`RunResult` → itself; an objective name → ``run`` itself when it has
+    that objective (no marker), else the run of ``runs`` with that objective sharing the most
+    :data:`MATCH_KEYS` values with ``run`` (``None`` when there is no such run). Raises ``ValueError``
+    listing the candidates when several match equally well — pass the baseline run explicitly then.
+    """
+    if baseline is None or isinstance(baseline, RunResult):
+        return baseline
+    if run.objective == baseline:
+        return run
+    candidates = [r for r in runs if r.objective == baseline]
+    if len(candidates) <= 1:
+        return candidates[0] if candidates else None
+    scores = [sum(r.config.get(k) == run.config.get(k) for k in MATCH_KEYS) for r in candidates]
+    best = [r for r, s in zip(candidates, scores) if s == max(scores)]
+    if len(best) > 1:
+        raise ValueError(f"ambiguous {baseline} baseline for {run.path}: {', '.join(str(r.path) for r in best)} "
+                         f"match equally on {', '.join(MATCH_KEYS)}; pass the baseline run explicitly")
+    return best[0]
+
+
+# ----------------------------------------------------------------------------------------------
+# tables
+
+RowKey = Union[str, Callable[[RunResult], str]]
+
+
+def row_label(run: RunResult, row_key: RowKey = "objective") -> str:
+    """A run's row label. ``"objective"`` → the objective (else the directory name); ``"name"`` → the
+    directory name; a comma-separated list of keys → ``"<short>=<value>"`` parts joined by ``,``,
+    where a key is an alias of :data:`KEY_ALIASES` (``G``, ``M``, ``selection``, ``seed``, …) or a
+    dotted config key (``data.group_size`` is shown as ``G``), and ``objective`` / ``name`` parts are
+    shown bare; e.g. ``"G,M"`` → ``"G=8,M=4"``. A callable is called with the run."""
+    if callable(row_key):
+        return str(row_key(run))
+    parts = []
+    for part in (p.strip() for p in row_key.split(",")):
+        if part == "objective":
+            parts.append(run.label)
+        elif part == "name":
+            parts.append(run.name)
+        elif part:
+            key = KEY_ALIASES.get(part, part)
+            short = part if part in KEY_ALIASES else SHORT_NAMES.get(key, key.rsplit(".", 1)[-1])
+            parts.append(f"{short}={run.get(key)}")
+    return ",".join(parts)
+
+
+def _number(v: float, percent: bool) -> str:
+    return f"{100 * v:.2f}" if percent else f"{v:.4f}"
+
+
+def _ranks(cells: list[str | None]) -> list[int | None]:
+    """Dense rank (0 = best, 1 = second, …) of displayed numbers; ``None`` for missing cells."""
+    distinct = sorted({float(c) for c in cells if c is not None}, reverse=True)
+    return [None if c is None else distinct.index(float(c)) for c in cells]
+
+
+def _latex_escape(text: str) -> str:
+    repl = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$",
+            "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+    return "".join(repl.get(ch, ch) for ch in text)
+
+
+def _baseline_name(b: str | RunResult | None) -> str | None:
+    return b.label if isinstance(b, RunResult) else b
+
+
+def _legend(baselines: Sequence, alpha: float, fmt: str) -> str:
+    parts = []
+    for b, (up, down) in zip(baselines, MARKER_SYMBOLS[fmt]):
+        name = _baseline_name(b)
+        if name is None:
+            continue
+        if fmt == "latex":
+            up, down, name = f"$^{{{up}}}$", f"$^{{{down}}}$", _latex_escape(name)
+        parts.append(f"{up}/{down}: significantly better/worse than {name}")
+    if not parts:
+        return ""
+    p = f"$p < {alpha:g}$" if fmt == "latex" else f"p < {alpha:g}"
+    return "; ".join(parts) + f" (two-sided paired t-test over queries, {p})"
+
+
+def render_table(runs: Sequence[RunResult], sets: Sequence[str], metrics: Sequence[str], row_key: RowKey = "objective",
+                 fmt: str = "markdown", baselines: Sequence[str | RunResult | None] = DEFAULT_BASELINES, *,
+                 title: str | None = None, alpha: float = 0.05, references: bool | Mapping = True,
+                 significance: bool = True, percent: bool = False) -> str:
+    """Render ``runs`` as a Markdown or LaTeX table.
+
+    Inputs: ``runs`` (from :func:`collect`); ``sets`` × ``metrics`` → one column per (set, metric);
+    ``row_key`` → row labels (see :func:`row_label`); ``fmt`` ``"markdown"`` or ``"latex"``;
+    ``baselines`` (SingleLH-like, Rand1LH-like): objective names (resolved per run with
+    :func:`resolve_baseline`), :class:`RunResult` objects or ``None``; ``title`` → Markdown
+    ``Table: <title>`` line / LaTeX caption; ``references``: ``True`` → BM25 / zero-shot floor rows
+    from the first run that has a ``references.json``, a mapping → those references, ``False`` → none;
+    ``significance=False`` → no markers (per-query files not needed); ``percent`` → ×100, 2 decimals
+    (default: 4 decimals).
+
+    Rows: floor rows first, then baseline runs (in ``baselines`` order), then the other runs in the
+    given order. Best / second best per column (run rows only, on the displayed values, dense ranking
+    so ties share bold / underline) → ``**x**`` / ``<u>x</u>`` or ``\\textbf{x}`` / ``\\underline{x}``;
+    markers (:func:`markers`, test: two-sided paired t-test, ``p < alpha``) follow the value.
+    Output: the table text (Markdown: title line, pipe table and a legend line; LaTeX: a ``table``
+    environment using booktabs). Raises ``ValueError`` for an unknown format, no runs, a run missing
+    a requested value, or an ambiguous baseline; ``FileNotFoundError`` for missing per-query files.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
+    if not runs:
+        raise ValueError("no runs to tabulate")
+    if not sets or not metrics:
+        raise ValueError("need at least one eval set and one metric")
+    baselines = tuple(baselines)
+    if len(baselines) != 2:
+        raise ValueError(f"baselines must be (SingleLH-like, Rand1LH-like), got {baselines!r}")
+    cols = [(s, m) for s in sets for m in metrics]
+
+    # row order: baseline runs first
+    def base_rank(r: RunResult) -> int:
+        for i, b in enumerate(baselines):
+            if (isinstance(b, RunResult) and _same_run(r, b)) or (isinstance(b, str) and r.objective == b):
+                return i
+        return len(baselines)
+    runs = sorted(runs, key=base_rank)  # stable
+
+    values = [[r.value(s, m) for s, m in cols] for r in runs]
+    shown = [[_number(v, percent) for v in row] for row in values]
+    ranks_by_col = [_ranks([row[j] for row in shown]) for j in range(len(cols))]
+    marks = [["" for _ in cols] for _ in runs]
+    if significance:
+        for i, r in enumerate(runs):
+            b1, b2 = (resolve_baseline(r, runs, b) for b in baselines)
+            for j, (s, m) in enumerate(cols):
+                marks[i][j] = markers(r, b1, b2, s, m, alpha, fmt)
+
+    bold, under = ("**{}**", "<u>{}</u>") if fmt == "markdown" else (r"\textbf{{{}}}", r"\underline{{{}}}")
+    body = []
+    for i, r in enumerate(runs):
+        cells = []
+        for j in range(len(cols)):
+            rank, text = ranks_by_col[j][i], shown[i][j]
+            text = bold.format(text) if rank == 0 else under.format(text) if rank == 1 else text
+            cells.append(text + marks[i][j])
+        body.append((row_label(r, row_key), cells))
+
+    refs: Mapping = {}
+    if references is True:
+        refs = next((r.references for r in runs if r.references), {})
+    elif isinstance(references, Mapping):
+        refs = references
+    missing = "n/a" if fmt == "markdown" else "--"
+    floor = []
+    for key, label in REFERENCE_ROWS:
+        if key in refs:
+            floor.append((label, [_number(refs[key][s][m], percent) if m in refs[key].get(s, {}) else missing
+                                  for s, m in cols]))
+
+    head = row_key if isinstance(row_key, str) else "run"
+    legend = _legend(baselines, alpha, fmt) if significance else ""
+    if fmt == "markdown":
+        return _markdown(title, head, cols, floor, body, legend)
+    return _latex(title, head, sets, metrics, floor, body, legend)
+
+
+def _markdown(title, head, cols, floor, body, legend) -> str:
+    esc = lambda t: str(t).replace("|", r"\|")  # noqa: E731
+    lines = [f"Table: {title}", ""] if title else []
+    lines.append("| " + " | ".join([esc(head)] + [f"{s} {METRIC_NAMES.get(m, m)}" for s, m in cols]) + " |")
+    lines.append("|:---|" + "---:|" * len(cols))
+    for label, cells in floor + body:
+        lines.append("| " + " | ".join([esc(label)] + cells) + " |")
+    notes = ["**bold**: best, <u>underlined</u>: second best (run rows only)"] + ([legend] if legend else [])
+    lines += ["", "; ".join(notes) + "."]
+    return "\n".join(lines)
+
+
+def _latex(title, head, sets, metrics, floor, body, legend) -> str:
+    n = len(metrics)
+    caption = ". ".join(p for p in (_latex_escape(title) if title else "", legend) if p)
+    lines = [r"\begin{table}[t]", r"\centering"]
+    if caption:
+        lines.append(rf"\caption{{{caption}.}}")
+    if title:
+        lines.append(rf"\label{{tab:{re.sub(r'[^A-Za-z0-9]+', '-', title).strip('-').lower()}}}")
+    lines += [rf"\begin{{tabular}}{{l{'r' * n * len(sets)}}}", r"\toprule"]
+    lines.append(" & ".join([""] + [rf"\multicolumn{{{n}}}{{c}}{{{_latex_escape(s)}}}" for s in sets]) + r" \\")
+    lines.append("".join(rf"\cmidrule(lr){{{2 + k * n}-{1 + (k + 1) * n}}}" for k in range(len(sets))))
+    lines.append(" & ".join([_latex_escape(head)] + [_latex_escape(METRIC_NAMES.get(m, m)) for _ in sets
+                                                      for m in metrics]) + r" \\")
+    lines.append(r"\midrule")
+    for label, cells in floor:
+        lines.append(" & ".join([_latex_escape(label)] + cells) + r" \\")
+    if floor:
+        lines.append(r"\midrule")
+    for label, cells in body:
+        lines.append(" & ".join([_latex_escape(label)] + cells) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------
+# command line
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m multipos.report",
+                                description="Paper-style tables with significance markers from run directories.")
+    p.add_argument("paths", nargs="+", help="run directories or sweep directories (searched recursively)")
+    p.add_argument("--table", required=True, help="table name, used as title / caption")
+    p.add_argument("--sets", nargs="+", help="eval sets (default: the sets every run has)")
+    p.add_argument("--metrics", nargs="+", default=list(DEFAULT_METRICS), help="metrics (default: %(default)s)")
+    p.add_argument("--format", choices=["markdown", "latex", "both"], default="markdown")
+    p.add_argument("--out", help="also write the table(s) to this file")
+    p.add_argument("--row-key", default="objective", help='row labels: "objective", "name" or keys like "G,M"')
+    p.add_argument("--baselines", nargs=2, default=list(DEFAULT_BASELINES), metavar=("SINGLELH", "RAND1LH"),
+                   help='baseline objectives for +/- and ♣/♦ ("none" to disable one)')
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level (default: %(default)s)")
+    p.add_argument("--percent", action="store_true", help="values ×100 with 2 decimals (default: 4 decimals)")
+    p.add_argument("--no-significance", action="store_true", help="no markers (per-query files not needed)")
+    p.add_argument("--no-references", action="store_true", help="no BM25 / zero-shot floor rows")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> str:
+    """CLI entry point: print the requested table(s) and return the printed text.
+
+    ``--format both`` prints the Markdown table then the LaTeX table. Errors (missing run files,
+    mismatched queries, ambiguous baselines, …) exit with status 2 and the message on stderr.
+    """
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        sig = not args.no_significance
+        runs = collect(args.paths, args.sets, args.metrics, require_per_query=sig)
+        sets = args.sets or [s for s in runs[0].metrics if all(s in r.metrics for r in runs)]
+        if not sets:
+            raise ValueError("the runs share no eval set; pass --sets")
+        for r in runs:  # sets chosen by default still need every metric
+            for s in sets:
+                for m in args.metrics:
+                    r.value(s, m)
+        baselines = tuple(None if b.lower() == "none" else b for b in args.baselines)
+        fmts = ["markdown", "latex"] if args.format == "both" else [args.format]
+        text = "\n\n".join(render_table(runs, sets, args.metrics, row_key=args.row_key, fmt=f, baselines=baselines,
+                                        title=args.table, alpha=args.alpha, references=not args.no_references,
+                                        significance=sig, percent=args.percent) for f in fmts)
+    except (FileNotFoundError, ValueError) as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    print(text)
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
+    return text
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
