@@ -19,7 +19,7 @@ from pathlib import Path
 import lightning as L
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from multipos.assets import cache_dir
 from multipos.callbacks import RetrievalValidation
@@ -61,8 +61,6 @@ def evaluate_sets(model, sets: list[EvalSet], cfg: DictConfig, out: Path | None,
 
 def references(cfg: DictConfig, sets: list[EvalSet], zero_shot: bool = True) -> dict:
     """BM25 and (``zero_shot``) starting-checkpoint metrics on ``sets``; embeddings cached across runs."""
-    from multipos.model import DualEncoder
-
     refs = {"bm25": {}}
     for es in sets:
         data = es.load()
@@ -84,11 +82,10 @@ def format_table(results: dict, refs: dict, metric_sets: list[EvalSet]) -> str:
     return "\n".join(lines)
 
 
-def build_trainer(cfg: DictConfig, out: Path, stage: int, callbacks: list) -> L.Trainer:
-    """Instantiate ``cfg.trainer`` with the logger, checkpointing and validation callbacks."""
+def build_trainer(cfg: DictConfig, out: Path, max_epochs: int, callbacks: list) -> L.Trainer:
+    """Instantiate ``cfg.trainer`` for one stage with the logger, checkpointing and validation callbacks."""
     logger = instantiate(cfg.logger) if cfg.get("logger") else False
-    return instantiate(cfg.trainer, default_root_dir=str(out), logger=logger, callbacks=callbacks,
-                       max_epochs=None if stage is None else stage)
+    return instantiate(cfg.trainer, default_root_dir=str(out), logger=logger, callbacks=callbacks, max_epochs=max_epochs)
 
 
 def train(cfg: DictConfig) -> dict:
