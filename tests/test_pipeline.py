@@ -113,3 +113,15 @@ def test_missing_split_names_the_split(tiny_beir, tiny_bert, tmp_path):
                                    "eval.split=validation", f"paths.output_dir={tmp_path / 'e'}"])
     with pytest.raises(FileNotFoundError, match="validation"):
         evaluate(cfg)
+
+
+def test_evaluate_scores_an_existing_run_file(tiny_beir, tmp_path):
+    from multipos.evaluate import evaluate
+
+    run = tmp_path / "bm25.trec"
+    run.write_text("q-heart-1 Q0 heart-0 1 2.0 t\nq-heart-1 Q0 nope-9 2 1.0 t\nq-diet-1 Q0 heart-1 1 1.0 t\n")
+    out = tmp_path / "eval"
+    cfg = compose_cfg("evaluate", ["eval=beir", f"eval.path={tiny_beir}", f"run_file={run}", f"paths.output_dir={out}"])
+    results = evaluate(cfg)[tiny_beir.name]
+    # test queries: q-heart-1, q-diet-1, q-bone-1 (see conftest); only q-heart-1 has a hit, at rank 1
+    assert results["mrr@10"] == pytest.approx(1 / 3)
