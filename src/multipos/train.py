@@ -82,9 +82,16 @@ def format_table(results: dict, refs: dict, metric_sets: list[EvalSet]) -> str:
     return "\n".join(lines)
 
 
-def build_trainer(cfg: DictConfig, out: Path, max_epochs: int, callbacks: list) -> L.Trainer:
-    """Instantiate ``cfg.trainer`` for one stage with the logger, checkpointing and validation callbacks."""
-    logger = instantiate(cfg.logger) if cfg.get("logger") else False
+def build_trainer(cfg: DictConfig, out: Path, max_epochs: int, callbacks: list, stage: str | None = None) -> L.Trainer:
+    """Instantiate ``cfg.trainer`` for one stage with the logger, checkpointing and validation callbacks.
+
+    ``stage`` (multi-stage runs) becomes the logger's ``version`` so stages log side by side
+    (``csv/stage1/metrics.csv``, ``csv/stage2/…``) instead of overwriting each other.
+    """
+    logger = False
+    if cfg.get("logger"):
+        extra = {"version": stage} if stage is not None and "version" in cfg.logger else {}
+        logger = instantiate(cfg.logger, **extra)
     return instantiate(cfg.trainer, default_root_dir=str(out), logger=logger, callbacks=callbacks, max_epochs=max_epochs)
 
 
@@ -125,7 +132,7 @@ def train(cfg: DictConfig) -> dict:
             monitor="val/ndcg@10" if val_set is not None else None, mode="max", save_top_k=1, save_last=True,
             save_weights_only=cfg.get("save_weights_only", False))
         callbacks.append(ckpt)
-        trainer = build_trainer(cfg, out, epochs, callbacks)
+        trainer = build_trainer(cfg, out, epochs, callbacks, stage=f"stage{i + 1}" if len(plan) > 1 else None)
         module = instantiate(cfg.optim, model=model, loss=objective)
         trainer.fit(module, datamodule=datamodule)
         best_path = ckpt.best_model_path or ckpt.last_model_path
