@@ -41,8 +41,9 @@ class DualEncoder(nn.Module):
         shared: one encoder for queries and passages (True) or untied copies (False).
         query_max_length, passage_max_length: truncation lengths in tokens.
         attention_dropout: override the checkpoint's attention-probability dropout (None = keep).
-            0.0 makes CPU training ~1.5x faster: sampling the [B·G, heads, L, L] dropout masks
-            took half of the forward pass of MiniLM here (``bench/``).
+            ``model=minilm`` uses 0.0: in a profiler run, sampling the [B·G, heads, L, L] masks took
+            about half of MiniLM's training forward pass on CPU (the full-step benchmark in
+            ``bench/`` showed a smaller difference).
         hidden_dropout: override the checkpoint's hidden-state dropout (None = keep).
 
     Raises: ValueError for an unknown pooling or τ ≤ 0.
