@@ -3,6 +3,12 @@
 Graded metrics (nDCG) use the qrels grades as gains (trec_eval's linear gain, as BEIR reports);
 binary metrics (MRR, Recall) count a passage relevant when its grade ≥ the set's
 ``relevance_threshold`` (1 for NFCorpus, 2 for TREC DL, as TREC does).
+
+Averages: each metric is averaged over the queries that have at least one relevant passage for it
+(grade > 0 for nDCG, grade ≥ threshold for binary metrics); a judged query missing from the run
+scores 0. trec_eval instead averages binary metrics over every judged query, counting queries
+without a passage at the threshold as 0 — the two agree whenever every judged query has one
+(checked against pytrec_eval in ``tests/test_metrics_independent.py``).
 """
 
 from __future__ import annotations

@@ -120,10 +120,11 @@ class RunResult:
         return self.per_query[eval_set][metric]
 
     def get(self, key: str) -> object:
-        """A config value by alias (:data:`KEY_ALIASES`) or dotted key; ``ValueError`` when absent.
+        """A config value by alias (:data:`KEY_ALIASES`) or dotted key.
 
-        Keys of :data:`CONFIG_KEYS` come from :attr:`config`; any other dotted key is read unresolved
-        from the raw config (an interpolation comes back as its ``${...}`` text).
+        Keys of :data:`CONFIG_KEYS` come from :attr:`config` and are ``None`` when the run's config
+        lacks them; any other dotted key is read unresolved from the raw config (an interpolation
+        comes back as its ``${...}`` text) and raises ``ValueError`` when absent.
         """
         key = KEY_ALIASES.get(key, key)
         if key in self.config:
