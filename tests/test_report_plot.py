@@ -11,21 +11,7 @@ from multipos import report
 from multipos.report import collect, load_run, main, plot_ratio_ablation, ratio_ablation_figure, ratio_ablation_points
 
 SET = "nfcorpus_test"
-# same layout as tests/test_report.py's CONFIG (copied: tests are not a package API)
-CONFIG = """\
-data:
-  name: {data}
-  regime: heterogeneous
-  group_size: {G}
-  max_positives: {M}
-  positive_selection: first
-  tokenizer: ${{model.name_or_path}}
-model:
-  name_or_path: all-MiniLM-L6-v2
-loss:
-  name: {objective}
-seed: {seed}
-"""
+from tests.test_report import CONFIG  # noqa: E402  (the same fake .hydra/config.yaml layout)
 
 
 def make_run(root: Path, name: str, objective: str, metrics: dict, G: int | None = 8, M: int | None = 4,

@@ -49,7 +49,6 @@ def score_run_file(path: str, sets: list[EvalSet]) -> dict:
         unknown = sorted({d for docs in run.values() for d in docs if d not in data.corpus})
         if unknown:
             log.warning("%s: dropping %d passage ids not in the %s corpus, e.g. %s", path, len(unknown), es.name, unknown[:5])
-            unknown_set = set(unknown)
-            run = {q: {d: s for d, s in docs.items() if d not in unknown_set} for q, docs in run.items()}
-        results[es.name] = evaluate_run(data.qrels, run, es.metrics, es.relevance_threshold)
+        kept = {q: {d: s for d, s in docs.items() if d in data.corpus} for q, docs in run.items()}
+        results[es.name] = evaluate_run(data.qrels, kept, es.metrics, es.relevance_threshold)
     return results

@@ -14,7 +14,7 @@ without a passage at the threshold as 0 — the two agree whenever every judged 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from multipos.assets import resolve_dataset
@@ -52,6 +52,13 @@ class EvalSet:
     max_passages: int | None = None
 
     def load(self) -> BeirDataset:
+        """The set's corpus, queries and qrels; read from disk once per process and shared after."""
+        key = (str(resolve_dataset(self.path).resolve()), self.split, self.qrels_file, self.max_queries, self.max_passages)
+        if key not in _LOADED:
+            _LOADED[key] = self._read()
+        return replace(_LOADED[key], name=self.name)
+
+    def _read(self) -> BeirDataset:
         data = load_beir(resolve_dataset(self.path), self.split, self.qrels_file)
         if self.max_queries is not None:
             keep = list(data.qrels)[: self.max_queries]
@@ -61,8 +68,10 @@ class EvalSet:
             judged = {d for docs in data.qrels.values() for d in docs}
             keep_ids = list(dict.fromkeys([*(d for d in data.corpus.ids if d in judged), *data.corpus.ids[: self.max_passages]]))
             data.corpus.passages = {d: data.corpus.passages[d] for d in keep_ids[: max(self.max_passages, len(judged))]}
-        data.name = self.name
         return data
+
+
+_LOADED: dict[tuple, BeirDataset] = {}
 
 
 def _binary(qrels: Qrels, threshold: int) -> Qrels:

@@ -160,8 +160,16 @@ class GroupBuilder:
             negatives = pool[:need]
         if len(negatives) < need and fallback_ids:
             taken = set(negatives)
-            candidates = [p for p in dict.fromkeys(fallback_ids) if p not in query.judged and p not in taken]
-            negatives += rng.sample(candidates, min(need - len(negatives), len(candidates)))
+            for _ in range(8 * need):  # rejection sampling: O(G) per query, not O(corpus)
+                if len(negatives) == need:
+                    break
+                p = fallback_ids[rng.randrange(len(fallback_ids))]
+                if p not in query.judged and p not in taken:
+                    negatives.append(p)
+                    taken.add(p)
+            if len(negatives) < need:  # small or mostly-judged corpus: scan it
+                candidates = [p for p in dict.fromkeys(fallback_ids) if p not in query.judged and p not in taken]
+                negatives += rng.sample(candidates, min(need - len(negatives), len(candidates)))
         if len(negatives) < need:
             raise ValueError(
                 f"query {query.query_id!r}: only {len(negatives)} negatives available, group size G="

@@ -70,8 +70,6 @@ def teacher_order(queries: list[TrainQuery], query_texts: dict[str, str], corpus
     """
 
     def compute():
-        import torch
-
         from multipos.model import DualEncoder
         from multipos.retrieval import encode
 
@@ -85,8 +83,6 @@ def teacher_order(queries: list[TrainQuery], query_texts: dict[str, str], corpus
         out = {}
         for i, q in enumerate(queries):
             out[q.query_id] = {p: float(q_emb[i] @ p_emb[row[p]]) for p in (*q.gold, *q.silver)}
-        del model
-        torch.set_grad_enabled(True)
         return out
 
     settings = {"source": source, "teacher": teacher, "queries": len(queries), "lq": query_max_length, "lp": passage_max_length}
