@@ -30,9 +30,10 @@ test: install
 test-slow: install
 	$(BIN)/python -m pytest -m slow $(ARGS)
 
-## Speed benchmarks (encoding throughput, evaluation time, train step) → bench/results/
+## Speed benchmarks (encoding throughput, evaluation time, train step; FAISS index kinds) → bench/results/
 bench: install
 	$(BIN)/python bench/bench_speed.py
+	$(BIN)/python bench/bench_search.py
 
 clean-cache:
 	rm -rf .cache/embeddings

@@ -1,4 +1,6 @@
-"""Hydra entry point: python evaluate.py model.name_or_path=<HF checkpoint dir> eval=<set>."""
+"""Hydra entry point: python evaluate.py model.name_or_path=<HF checkpoint dir> eval=<set>[,<set>...]."""
+
+import sys
 
 import hydra
 
@@ -14,4 +16,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    from multipos.evaluate import set_list_override
+
+    sys.argv = set_list_override(sys.argv)
     main()

@@ -101,7 +101,7 @@ def test_evaluate_any_beir_folder(tiny_beir, tiny_bert, tmp_path):
     from multipos.evaluate import evaluate
 
     out = tmp_path / "eval"
-    cfg = compose_cfg("evaluate", [f"model.name_or_path={tiny_bert}", "eval=beir", f"eval.path={tiny_beir}",
+    cfg = compose_cfg("evaluate", [f"model.name_or_path={tiny_bert}", "eval=beir", f"eval.paths=[{tiny_beir}]",
                                    "eval.split=dev", f"paths.output_dir={out}", "eval.bf16=false", "eval.k=20"])
     evaluate(cfg)
     written = json.loads((out / "metrics.json").read_text())
@@ -112,7 +112,7 @@ def test_evaluate_any_beir_folder(tiny_beir, tiny_bert, tmp_path):
 def test_missing_split_names_the_split(tiny_beir, tiny_bert, tmp_path):
     from multipos.evaluate import evaluate
 
-    cfg = compose_cfg("evaluate", [f"model.name_or_path={tiny_bert}", "eval=beir", f"eval.path={tiny_beir}",
+    cfg = compose_cfg("evaluate", [f"model.name_or_path={tiny_bert}", "eval=beir", f"eval.paths=[{tiny_beir}]",
                                    "eval.split=validation", f"paths.output_dir={tmp_path / 'e'}"])
     with pytest.raises(FileNotFoundError, match="validation"):
         evaluate(cfg)
@@ -124,7 +124,7 @@ def test_evaluate_scores_an_existing_run_file(tiny_beir, tmp_path):
     run = tmp_path / "bm25.trec"
     run.write_text("q-heart-1 Q0 heart-0 1 2.0 t\nq-heart-1 Q0 nope-9 2 1.0 t\nq-diet-1 Q0 heart-1 1 1.0 t\n")
     out = tmp_path / "eval"
-    cfg = compose_cfg("evaluate", ["eval=beir", f"eval.path={tiny_beir}", f"run_file={run}", f"paths.output_dir={out}"])
+    cfg = compose_cfg("evaluate", ["eval=beir", f"eval.paths=[{tiny_beir}]", "eval.metrics=[mrr@10]", f"run_file={run}", f"paths.output_dir={out}"])
     results = evaluate(cfg)[tiny_beir.name]
     # test queries: q-heart-1, q-diet-1, q-bone-1 (see conftest); only q-heart-1 has a hit, at rank 1
     assert results["mrr@10"] == pytest.approx(1 / 3)

@@ -37,3 +37,31 @@ def test_train_cli_on_nfcorpus_slice(assets, tmp_path):
     assert refs["bm25"]["nfcorpus_test"]["ndcg@10"] > 0.1
     assert (out / "run.nfcorpus_test.trec").is_file() and (out / "model" / "config.json").is_file()
     assert "this run" in proc.stdout and "zero-shot" in proc.stdout and "bm25" in proc.stdout
+
+
+@pytest.mark.assets
+def test_evaluate_cli_several_sets_then_rescore_its_run(assets, tmp_path):
+    """`evaluate.py eval=a,b` on the MiniLM checkpoint over slices of NFCorpus test and the hybrid-annotation
+    view set; re-scoring the written TREC run with `run_file=` reproduces the same numbers."""
+    out = tmp_path / "eval"
+    slice_ = [f"eval.test_sets.{s}.{k}={v}" for s in ("nfcorpus_test", "hybrid_annotation")
+              for k, v in (("max_queries", 15), ("max_passages", 400))]
+    cmd = [sys.executable, "evaluate.py", "eval=nfcorpus_test,hybrid_annotation", f"hydra.run.dir={out}",
+           "eval.passage_max_length=128", "eval.references=true", *slice_]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MULTIPOS_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert list(metrics) == ["nfcorpus_test", "hybrid_annotation", "hybrid_annotation.gold", "hybrid_annotation.silver"]
+    assert metrics["nfcorpus_test"]["ndcg@10"] > 0.2
+    assert set(json.loads((out / "references.json").read_text())["bm25"]) == set(metrics)
+    for name in metrics:
+        assert (out / f"per_query.{name}.json").is_file()
+
+    rescored = tmp_path / "rescored"
+    cmd = [sys.executable, "evaluate.py", "eval=nfcorpus_test", f"run_file={out / 'run.nfcorpus_test.trec'}",
+           f"hydra.run.dir={rescored}", *slice_[:2]]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    again = json.loads((rescored / "metrics.json").read_text())["nfcorpus_test"]
+    assert again == pytest.approx(metrics["nfcorpus_test"], abs=1e-6)

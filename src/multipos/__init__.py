@@ -27,6 +27,14 @@ def auto_precision() -> str:
     return "bf16-mixed" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "32-true"
 
 
-# ${basename:<path>} → last path component (run names of evaluate.py); ${auto_precision:} → see above.
+def _beir_sets(paths, split="test", metrics=("ndcg@10",)):
+    from multipos.evaluation import beir_sets
+
+    return beir_sets(paths, split, metrics)
+
+
+# ${basename:<path>} → last path component (run names of evaluate.py); ${auto_precision:} → see above;
+# ${beir_sets:<paths>,<split>,<metrics>} → one eval-set config per BEIR folder (conf/eval/beir.yaml).
 OmegaConf.register_new_resolver("basename", lambda path: str(path).rstrip("/").split("/")[-1], replace=True)
 OmegaConf.register_new_resolver("auto_precision", auto_precision, replace=True)
+OmegaConf.register_new_resolver("beir_sets", _beir_sets, replace=True)

@@ -18,6 +18,11 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 #: Public sources of the assets used by the default configs.
 BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{name}.zip"
+#: DPR's open-domain QA files (Karpukhin et al., 2020; facebookresearch/DPR ``download_data.py``).
+DPR_URLS = {
+    "psgs_w100.tsv": "https://dl.fbaipublicfiles.com/dpr/wikipedia_split/psgs_w100.tsv.gz",
+    "nq-test.qa.csv": "https://dl.fbaipublicfiles.com/dpr/data/retriever/nq-test.qa.csv",
+}
 HUB_IDS = {"all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2", "bert-base-uncased": "bert-base-uncased"}
 
 
@@ -90,3 +95,40 @@ def _download_beir(name: str, url: str) -> Path:
         z.extractall(target)
     archive.unlink()
     return target / name
+
+
+def resolve_files(name_or_path: str, files: list[str], urls: dict[str, str] | None = None) -> Path:
+    """Return the folder holding every file in ``files`` for a dataset name or path (non-BEIR layouts,
+    e.g. DPR's ``psgs_w100.tsv`` + ``nq-test.qa.csv``).
+
+    Looks at an existing path, ``<assets>/data/<name>``, ``<cache>/<name>``; files still missing are
+    downloaded from ``urls`` (default :data:`DPR_URLS`; ``.gz`` is decompressed) into ``<cache>/<name>``.
+    Raises AssetNotFoundError naming the places tried and the file that could not be had.
+    """
+    import gzip
+
+    urls = DPR_URLS if urls is None else urls
+    path = Path(name_or_path).expanduser()
+    candidates = [path] if path.is_dir() else [assets_dir() / "data" / name_or_path, cache_dir() / name_or_path]
+    for c in candidates:
+        if c.is_dir() and all((c / f).is_file() for f in files):
+            return c
+    target = candidates[-1]
+    for f in files:
+        if (target / f).is_file():
+            continue
+        url = urls.get(f)
+        try:
+            if url is None:
+                raise FileNotFoundError("no public source known")
+            target.mkdir(parents=True, exist_ok=True)
+            tmp = target / (f + ".part")
+            with urllib.request.urlopen(url, timeout=30) as r:
+                stream = gzip.GzipFile(fileobj=r) if url.endswith(".gz") else r
+                with tmp.open("wb") as out:
+                    shutil.copyfileobj(stream, out)
+            tmp.replace(target / f)
+        except Exception as e:  # network errors, missing source
+            tried = ", ".join(str(c) for c in candidates)
+            raise AssetNotFoundError(f"{f} for {name_or_path!r} not found (tried {tried}; download from {url} failed: {e})") from None
+    return target

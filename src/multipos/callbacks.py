@@ -6,7 +6,7 @@ import logging
 
 import lightning as L
 
-from multipos.evaluation import EvalSet, dense_run, evaluate_run
+from multipos.evaluation import EvalSet, dense_run
 
 log = logging.getLogger(__name__)
 
@@ -15,16 +15,16 @@ class RetrievalValidation(L.Callback):
     """At the end of every ``every_n_epochs``-th training epoch, retrieve on ``eval_set`` with the current
     weights and log ``val/<metric>`` (e.g. ``val/ndcg@10``) for ModelCheckpoint to monitor.
 
-    Args: eval_set: the dev set; metric: the metric logged first (monitored); batch_size, bf16,
-    passage_max_length: encoding settings; every_n_epochs: validation frequency;
-    k: retrieval depth; cache: embedding cache folder (None = no caching).
+    Args: eval_set: the dev set; metric: the metric logged (monitored), one of the set's metrics;
+    every_n_epochs: validation frequency; cache: embedding cache folder (None = no caching);
+    retrieval: keyword arguments of :func:`multipos.evaluation.dense_run` (k, batch_size, bf16,
+    passage_max_length, index, index_options).
     """
 
-    def __init__(self, eval_set: EvalSet, metric: str = "ndcg@10", batch_size: int = 64, bf16: bool = True,
-                 passage_max_length: int | None = None, every_n_epochs: int = 1, k: int = 100, cache=None):
-        self.eval_set, self.metric, self.batch_size, self.bf16 = eval_set, metric, batch_size, bf16
-        self.passage_max_length, self.every_n_epochs, self.k = passage_max_length, every_n_epochs, k
+    def __init__(self, eval_set: EvalSet, metric: str = "ndcg@10", every_n_epochs: int = 1, cache=None, **retrieval):
+        self.eval_set, self.metric, self.every_n_epochs = eval_set, metric, every_n_epochs
         self.cache = cache  # embedding cache dir: the final test on the same corpus reuses the best epoch's
+        self.retrieval = {"k": 100, **retrieval}
         self._data = None
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -32,9 +32,10 @@ class RetrievalValidation(L.Callback):
             return
         if self._data is None:
             self._data = self.eval_set.load()
-        run = dense_run(pl_module.model, self._data, k=self.k, batch_size=self.batch_size, bf16=self.bf16,
-                        passage_max_length=self.passage_max_length, cache=self.cache, progress=False)
-        metrics = evaluate_run(self._data.qrels, run, [self.metric], self.eval_set.relevance_threshold)
-        value = metrics[self.metric]
+        run = self.eval_set.clean(dense_run(pl_module.model, self._data, cache=self.cache, progress=False, **self.retrieval))
+        means, _ = self.eval_set.score(run, self._data)[self.eval_set.name]
+        if self.metric not in means:
+            raise ValueError(f"validation metric {self.metric!r} is not among {self.eval_set.name}'s metrics {list(means)}")
+        value = means[self.metric]
         log.info("epoch %d: %s %s = %.4f", trainer.current_epoch, self.eval_set.name, self.metric, value)
         pl_module.log(f"val/{self.metric}", value, prog_bar=True, on_epoch=True)

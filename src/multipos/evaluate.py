@@ -1,47 +1,60 @@
-"""``evaluate.py``: evaluate any HF-format checkpoint on the configured eval sets."""
+"""``evaluate.py``: evaluate any HF-format checkpoint (or an existing TREC run) on the configured eval sets."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from multipos.assets import cache_dir
-from multipos.evaluation import EvalSet, evaluate_run, write_metrics
-from multipos.readers import read_run
+from multipos.evaluation import EvalSet, add_average, write_metrics
+from multipos.readers import read_run, write_run
 from multipos.train import evaluate_sets, format_table, output_dir, references
 
 log = logging.getLogger(__name__)
 
 
 def evaluate(cfg: DictConfig) -> dict:
-    """Encode with ``cfg.model``, retrieve with FAISS, score with ranx; write ``metrics.json`` and runs.
+    """Encode with ``cfg.model``, retrieve with FAISS, score each set; write ``metrics.json``, runs and per-query values.
 
-    With ``run_file=<TREC run>`` the run is scored as it is (no encoding).
-    With ``eval.references=true`` also writes ``references.json`` (BM25 on the same sets). Returns {set: {metric: value}}.
+    With ``run_file=<TREC run>`` the run is scored as it is (no encoding). With ``eval.references=true``
+    also writes ``references.json``: BM25 on the same sets, and with ``zero_shot_model=<name or dir>`` that
+    un-fine-tuned encoder (the floor rows of report tables). Returns {result name: {metric: value}}.
+    Raises ValueError when no set is selected.
     """
     out = output_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
     sets: list[EvalSet] = [instantiate(s) for s in cfg.eval.test_sets.values()]
     if not sets:
-        raise ValueError("no eval set selected: use eval=<set> (e.g. eval=nfcorpus_test)")
+        raise ValueError("no eval set selected: use eval=<set> (e.g. eval=nfcorpus_test) or eval=[<set>,<set>]")
     if cfg.get("run_file"):
-        results = score_run_file(cfg.run_file, sets)
+        results = score_run_file(cfg.run_file, sets, out)
+        if cfg.eval.get("average"):
+            add_average(results, cfg.eval.average)
     else:
         results = evaluate_sets(instantiate(cfg.model), sets, cfg, out, cache_dir())
     write_metrics(out / "metrics.json", results)
     refs = {}
     if cfg.eval.references:
-        refs = references(cfg, sets, zero_shot=False)
-    print("\n" + format_table(results, refs, sets) + "\n")
+        zs = cfg.get("zero_shot_model")
+        refs = references(cfg, sets, zero_shot=bool(zs) and not cfg.get("run_file"), zero_shot_model=zs)
+        write_metrics(out / "references.json", refs)
+    table = format_table(results, refs)
+    (out / "results.txt").write_text(table + "\n")
+    print("\n" + table + "\n")
     print(f"run directory: {out}")
     return results
 
 
-def score_run_file(path: str, sets: list[EvalSet]) -> dict:
-    """Score an existing TREC run against each set's qrels. Passages absent from the set's corpus and
-    queries without judgments are dropped with a warning that gives their number and examples."""
+def score_run_file(path: str, sets: list[EvalSet], out=None) -> dict:
+    """Score an existing TREC run against each set → {result name: {metric: value}}.
+
+    Passages absent from the set's corpus and queries without judgments are dropped with a warning that
+    gives their number and examples. With ``out``, writes ``per_query.<result>.json`` there (and the run
+    as scored, ``run.<set>.trec``), so runs from other systems enter significance tests like ours.
+    """
     run = read_run(path)
     results = {}
     for es in sets:
@@ -49,6 +62,22 @@ def score_run_file(path: str, sets: list[EvalSet]) -> dict:
         unknown = sorted({d for docs in run.values() for d in docs if d not in data.corpus})
         if unknown:
             log.warning("%s: dropping %d passage ids not in the %s corpus, e.g. %s", path, len(unknown), es.name, unknown[:5])
-        kept = {q: {d: s for d, s in docs.items() if d in data.corpus} for q, docs in run.items()}
-        results[es.name] = evaluate_run(data.qrels, kept, es.metrics, es.relevance_threshold)
+        kept = es.clean({q: {d: s for d, s in docs.items() if d in data.corpus} for q, docs in run.items()})
+        for name, (means, per_query) in es.score(kept, data).items():
+            results[name] = means
+            if out is not None:
+                write_metrics(out / f"per_query.{name}.json", per_query)
+        if out is not None:
+            write_run(kept, out / f"run.{es.name}.trec", tag="scored")
     return results
+
+
+def set_list_override(argv: Sequence[str], group: str = "eval") -> list[str]:
+    """Rewrite ``eval=a,b`` as Hydra's list selection ``eval=[a,b]`` so several sets are scored in one run
+    (Hydra itself reads a bare comma list as a sweep and refuses it without ``--multirun``). Left as is
+    under ``-m/--multirun``, where the comma keeps its sweep meaning."""
+    argv = list(argv)
+    if any(a in ("-m", "--multirun") for a in argv):
+        return argv
+    prefix = f"{group}="
+    return [f"{prefix}[{a[len(prefix):]}]" if a.startswith(prefix) and "," in a and "[" not in a else a for a in argv]

@@ -1,4 +1,4 @@
-"""Evaluation sets and metrics (ranx): nDCG@10, MRR@10, Recall@100, Recall@1000.
+"""Evaluation sets and metrics (ranx): nDCG@10, MRR@10, Recall@100, Recall@1000, Acc@k.
 
 Graded metrics (nDCG) use the qrels grades as gains (trec_eval's linear gain, as BEIR reports);
 binary metrics (MRR, Recall) count a passage relevant when its grade ≥ the set's
@@ -26,40 +26,53 @@ DEFAULT_METRICS = ("ndcg@10", "mrr@10", "recall@100", "recall@1000")
 GRADED = ("ndcg", "ndcg_burges", "dcg")
 
 
+#: BEIR sets whose corpora contain the queries themselves: a hit with the query's own id is removed
+#: before scoring, as the BEIR benchmark does for them (never by default elsewhere).
+SELF_HIT_SETS = frozenset({"arguana", "quora"})
+
+
 @dataclass
 class EvalSet:
-    """A BEIR-layout evaluation set.
+    """A BEIR-layout evaluation set scored with ranx against graded qrels.
 
     Args:
         name: key in ``metrics.json`` and run-file name.
         path: BEIR folder or dataset name (resolved by :func:`multipos.assets.resolve_dataset`).
         split: qrels split (``qrels/<split>.tsv``).
-        qrels_file: optional qrels path relative to the folder, overriding the split file.
-        relevance_threshold: minimum grade counted relevant by binary metrics.
-        metrics: ranx metric names.
+        qrels_file: qrels path(s) relative to the folder, overriding the split file; a list is merged
+            (highest grade per pair).
+        relevance_threshold: minimum grade counted relevant by binary metrics (MRR, Recall, Acc).
+        metrics: ranx metric names, plus ``acc@k`` (= ranx ``hit_rate@k``: a relevant passage in the top k).
         max_queries: evaluate only the first N judged queries (smoke tests); None = all.
         max_passages: shrink the corpus to the kept queries' judged passages plus the first
             passages in corpus order up to this many (smoke tests); None = whole corpus.
+        remove_self_hits: drop a retrieved passage whose id equals the query id (ArguAna, Quora).
+        views: extra qrels views scored on the same run, reported as ``<name>.<view>``: {view:
+            {"qrels_file": file(s) (default: the set's qrels), "grades": grades kept (default: all)}}.
+            Used by ``hybrid_annotation`` to score one run against gold (human) and silver (LLM) labels.
     """
 
     name: str
     path: str
     split: str = "test"
-    qrels_file: str | None = None
+    qrels_file: str | list[str] | None = None
     relevance_threshold: int = 1
     metrics: list[str] = field(default_factory=lambda: list(DEFAULT_METRICS))
     max_queries: int | None = None
     max_passages: int | None = None
+    remove_self_hits: bool = False
+    views: dict[str, dict] | None = None
 
     def load(self) -> BeirDataset:
         """The set's corpus, queries and qrels; read from disk once per process and shared after."""
-        key = (str(resolve_dataset(self.path).resolve()), self.split, self.qrels_file, self.max_queries, self.max_passages)
+        key = (str(resolve_dataset(self.path).resolve()), self.split, _hashable(self.qrels_file), self.max_queries,
+               self.max_passages)
         if key not in _LOADED:
             _LOADED[key] = self._read()
         return replace(_LOADED[key], name=self.name)
 
     def _read(self) -> BeirDataset:
-        data = load_beir(resolve_dataset(self.path), self.split, self.qrels_file)
+        data = load_beir(resolve_dataset(self.path), self.split, _plain(self.qrels_file))
         if self.max_queries is not None:
             keep = list(data.qrels)[: self.max_queries]
             data.qrels = {q: data.qrels[q] for q in keep}
@@ -70,13 +83,167 @@ class EvalSet:
             data.corpus.passages = {d: data.corpus.passages[d] for d in keep_ids[: max(self.max_passages, len(judged))]}
         return data
 
+    def clean(self, run: Run) -> Run:
+        """``run`` without self-hits when ``remove_self_hits`` (else unchanged)."""
+        if not self.remove_self_hits:
+            return run
+        return {q: {d: s for d, s in docs.items() if d != q} for q, docs in run.items()}
+
+    def view_qrels(self, data: BeirDataset) -> dict[str, Qrels]:
+        """{result name → qrels}: the set's own qrels under ``name`` and each view under ``name.view``.
+
+        Raises ValueError for an unknown key in a view spec, DataFormatError for unknown ids in a view's file.
+        """
+        out = {self.name: data.qrels}
+        for view, spec in (self.views or {}).items():
+            spec = dict(spec or {})
+            unknown = set(spec) - {"qrels_file", "grades"}
+            if unknown:
+                raise ValueError(f"eval set {self.name!r}, view {view!r}: unknown keys {sorted(unknown)} "
+                                 "(allowed: qrels_file, grades)")
+            qrels = data.qrels
+            if spec.get("qrels_file"):
+                folder = resolve_dataset(self.path)
+                files = _plain(spec["qrels_file"])
+                qrels = load_beir(folder, self.split, files).qrels
+                qrels = {q: docs for q, docs in qrels.items() if q in data.queries}
+            if spec.get("grades") is not None:
+                keep = {int(g) for g in spec["grades"]}
+                qrels = {q: {d: g for d, g in docs.items() if g in keep} for q, docs in qrels.items()}
+            out[f"{self.name}.{view}"] = {q: docs for q, docs in qrels.items() if docs}
+        return out
+
+    def score(self, run: Run, data: BeirDataset | None = None) -> dict[str, tuple[dict, dict]]:
+        """Score ``run`` → {result name → (metric means, per-query values)}; one entry per view.
+
+        Result names are ``name`` and ``name.<view>`` (see ``views``); values follow :func:`evaluate_run`.
+        """
+        data = data if data is not None else self.load()
+        run = self.clean(run)
+        return {name: evaluate_run(qrels, run, self.metrics, self.relevance_threshold, per_query=True)
+                for name, qrels in self.view_qrels(data).items()}
+
+
+def _plain(value):
+    """OmegaConf containers → plain Python (lists of qrels files arrive as ListConfig)."""
+    try:
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    except ImportError:  # pragma: no cover
+        return value
+
+
+def _hashable(value):
+    value = _plain(value)
+    return tuple(value) if isinstance(value, list) else value
+
 
 _LOADED: dict[tuple, BeirDataset] = {}
+
+
+@dataclass
+class QADataset(BeirDataset):
+    """A QA evaluation set loaded: corpus, questions as ``queries`` and their gold answer strings."""
+
+    answers: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass
+class QAEvalSet:
+    """An open-domain QA set scored by answer-string match (DPR / pyserini top-k accuracy), e.g. NQ test
+    over DPR's 21M-passage Wikipedia split: a query counts at k when a top-k passage contains an answer
+    (:func:`multipos.qa.has_answer`).
+
+    Args:
+        name: key in ``metrics.json``.
+        path: folder (or dataset name looked up by :func:`multipos.assets.resolve_files`) holding
+            ``corpus_file`` (DPR ``psgs_w100.tsv`` layout) and ``qa_file`` (``nq-test.qa.csv`` layout, or JSONL).
+        metrics: ``acc@k`` names (fractions in [0, 1]).
+        max_queries: evaluate only the first N questions (smoke tests); None = all.
+    """
+
+    name: str
+    path: str
+    corpus_file: str = "psgs_w100.tsv"
+    qa_file: str = "nq-test.qa.csv"
+    metrics: list[str] = field(default_factory=lambda: ["acc@20", "acc@100"])
+    max_queries: int | None = None
+
+    def __post_init__(self):
+        bad = [m for m in self.metrics if not (m.startswith("acc@") and m[4:].isdigit())]
+        if bad:
+            raise ValueError(f"eval set {self.name!r}: answer-match sets support acc@k metrics only, got {bad}")
+
+    def load(self) -> QADataset:
+        """Passages, questions and answers; read once per process."""
+        from multipos.assets import resolve_files
+
+        folder = resolve_files(self.path, [self.corpus_file, self.qa_file])
+        key = ("qa", str(folder.resolve()), self.corpus_file, self.qa_file, self.max_queries)
+        if key not in _LOADED:
+            from multipos.qa import read_dpr_passages, read_dpr_qa
+
+            qa = read_dpr_qa(folder / self.qa_file)
+            if self.max_queries is not None:
+                qa = dict(list(qa.items())[: self.max_queries])
+            _LOADED[key] = QADataset(read_dpr_passages(folder / self.corpus_file), {q: p.question for q, p in qa.items()},
+                                     {}, folder.name, answers={q: list(p.answers) for q, p in qa.items()})
+        return replace(_LOADED[key], name=self.name)
+
+    def clean(self, run: Run) -> Run:
+        return run
+
+    def score(self, run: Run, data: QADataset | None = None) -> dict[str, tuple[dict, dict]]:
+        """{name → (accuracy means, per-query 0/1 values)} by :func:`multipos.qa.answer_accuracy`."""
+        from multipos.qa import QAPair, answer_accuracy
+
+        data = data if data is not None else self.load()
+        qa = {q: QAPair(data.queries[q], data.answers[q]) for q in data.queries}
+        ks = [int(m[4:]) for m in self.metrics]
+        means, per_q = answer_accuracy(run, qa, data.corpus, ks=ks, per_query=True)
+        return {self.name: ({m: means[m] for m in self.metrics}, {m: per_q[m] for m in self.metrics})}
+
+
+def beir_sets(paths, split: str = "test", metrics=("ndcg@10",), relevance_threshold: int = 1) -> dict[str, dict]:
+    """Eval-set configs for a list of BEIR folders (``eval=beir eval.paths=[…]``): {folder name → EvalSet kwargs
+    with ``_target_``}. Folders named in :data:`SELF_HIT_SETS` get ``remove_self_hits``.
+
+    Raises ValueError for an empty list or two folders with the same name (their metrics would collide).
+    """
+    paths = [str(p) for p in (_plain(paths) or [])]
+    if not paths:
+        raise ValueError("eval.paths is empty: give BEIR folders, e.g. eval.paths=[/data/scifact,/data/nfcorpus]")
+    out: dict[str, dict] = {}
+    for path in paths:
+        name = path.rstrip("/").split("/")[-1]
+        if name in out:
+            raise ValueError(f"eval.paths: two folders are named {name!r} ({out[name]['path']}, {path})")
+        out[name] = {"_target_": "multipos.evaluation.EvalSet", "name": name, "path": path, "split": split,
+                     "metrics": list(_plain(metrics)), "relevance_threshold": int(relevance_threshold),
+                     "remove_self_hits": name.lower() in SELF_HIT_SETS}
+    return out
+
+
+def add_average(results: dict[str, dict[str, float]], name: str, sets: list[str] | None = None) -> dict:
+    """Add ``results[name]`` = unweighted mean over ``sets`` (default: all) of each metric every set has
+    (the BEIR average row). Returns ``results``; needs at least two sets, else leaves it unchanged."""
+    sets = [s for s in (sets or list(results)) if s in results and s != name]
+    if len(sets) < 2:
+        return results
+    common = [m for m in results[sets[0]] if all(m in results[s] for s in sets)]
+    results[name] = {m: sum(results[s][m] for s in sets) / len(sets) for m in common}
+    return results
 
 
 def _binary(qrels: Qrels, threshold: int) -> Qrels:
     out = {q: {d: 1 for d, g in docs.items() if g >= threshold} for q, docs in qrels.items()}
     return {q: docs for q, docs in out.items() if docs}
+
+
+def _ranx_name(metric: str) -> str:
+    """``acc@k`` (top-k accuracy against qrels, as in DPR tables) is ranx's ``hit_rate@k``."""
+    return "hit_rate" + metric[3:] if metric.startswith("acc@") else metric
 
 
 def evaluate_run(qrels: Qrels, run: Run, metrics=DEFAULT_METRICS, relevance_threshold: int = 1,
@@ -100,17 +267,21 @@ def evaluate_run(qrels: Qrels, run: Run, metrics=DEFAULT_METRICS, relevance_thre
         q = qrels if kind == "graded" else _binary(qrels, relevance_threshold)
         q = {qid: {d: g for d, g in docs.items() if g > 0} for qid, docs in q.items()}
         q = {qid: docs for qid, docs in q.items() if docs}
+        if not q:
+            raise ValueError(f"no query has a passage with grade >= {relevance_threshold if kind == 'binary' else 1} "
+                             f"in these qrels: cannot compute {names}")
         r = {qid: (run.get(qid) or {}) for qid in q}
         # ranx needs at least one hit per query; an empty result scores 0 on every metric.
         r = {qid: (docs if docs else {"__none__": 0.0}) for qid, docs in r.items()}
         rq, rr = RQrels(q), RRun(r)
-        scores = evaluate(rq, rr, names, make_comparable=True)
+        ranx_names = [_ranx_name(m) for m in names]
+        scores = evaluate(rq, rr, ranx_names, make_comparable=True)
         if len(names) == 1:
-            scores = {names[0]: scores}
-        results.update({k: float(v) for k, v in scores.items()})
+            scores = {ranx_names[0]: scores}
+        results.update({m: float(scores[rn]) for m, rn in zip(names, ranx_names)})
         if per_query:
-            for name in names:
-                per_q[name] = {qid: float(v) for qid, v in rr.scores[name].items()}
+            for m, rn in zip(names, ranx_names):
+                per_q[m] = {qid: float(v) for qid, v in rr.scores[rn].items()}
     ordered = {m: results[m] for m in metrics}
     return (ordered, per_q) if per_query else ordered
 
@@ -128,11 +299,12 @@ def write_metrics(path: Path, metrics: dict) -> None:
 
 def dense_run(model, data: BeirDataset, k: int = 1000, batch_size: int = 64, bf16: bool = True,
               passage_max_length: int | None = None, cache: Path | None = None, index: str = "flat",
-              progress: bool = True) -> Run:
+              index_options: dict | None = None, progress: bool = True) -> Run:
     """Encode ``data``'s corpus and queries with ``model`` (a DualEncoder) and retrieve top-``k`` with FAISS.
 
     Corpus embeddings are cached under ``cache`` keyed by (weights, corpus, max length, pooling);
-    ``cache=None`` always re-encodes.
+    ``cache=None`` always re-encodes. ``index`` / ``index_options`` go to :func:`multipos.retrieval.search`
+    (``eval.index``, ``eval.faiss``: HNSW/IVF parameters, GPU use, corpus shards).
     """
     from multipos.retrieval import cached_encode, encode, search
 
@@ -141,7 +313,7 @@ def dense_run(model, data: BeirDataset, k: int = 1000, batch_size: int = 64, bf1
     p_emb = cached_encode(model, pids, data.corpus.texts(pids), cache, tag=data.name or "corpus", **kw)
     qids = list(data.queries)
     q_emb = encode(model, [data.queries[q] for q in qids], kind="query", batch_size=batch_size, bf16=bf16, progress=False)
-    return search(q_emb, p_emb, qids, pids, k=k, index_kind=index)
+    return search(q_emb, p_emb, qids, pids, k=k, index_kind=index, **(index_options or {}))
 
 
 _BM25_CACHE: dict[str, Run] = {}

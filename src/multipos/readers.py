@@ -13,6 +13,7 @@ Every error names the file and line (1-based) or the field at fault.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,8 @@ from typing import Iterable, Iterator
 
 Qrels = dict[str, dict[str, int]]  # query id → {passage id → grade}
 Run = dict[str, dict[str, float]]  # query id → {passage id → score}
+
+log = logging.getLogger(__name__)
 
 
 class DataFormatError(ValueError):
@@ -115,11 +118,15 @@ def read_queries(path: str | os.PathLike) -> dict[str, str]:
 
 def read_qrels(path: str | os.PathLike) -> Qrels:
     """Read qrels in BEIR TSV (``query-id corpus-id score``, optional header) or TREC format
-    (``qid 0 docid grade``), detected per line by the number of columns. Grades are ints."""
+    (``qid 0 docid grade``), detected per line by the number of columns. Grades are ints.
+
+    A repeated identical line is ignored (with a warning giving the count); a pair judged twice with
+    different grades raises DataFormatError naming the line."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: qrels file not found")
     qrels: Qrels = {}
+    repeated = 0
     with path.open(encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             parts = line.split()
@@ -137,7 +144,14 @@ def read_qrels(path: str | os.PathLike) -> Qrels:
                 g = int(float(grade))
             except ValueError:
                 raise DataFormatError(f"{path}:{n}: relevance grade {grade!r} is not a number") from None
-            qrels.setdefault(qid, {})[pid] = g
+            docs = qrels.setdefault(qid, {})
+            if pid in docs:
+                if docs[pid] != g:
+                    raise DataFormatError(f"{path}:{n}: ({qid}, {pid}) judged again with grade {g} (first judged {docs[pid]})")
+                repeated += 1
+            docs[pid] = g
+    if repeated:
+        log.warning("%s: ignored %d repeated (query, passage, grade) lines", path, repeated)
     return qrels
 
 
@@ -152,9 +166,15 @@ def check_qrels_ids(qrels: Qrels, queries: dict[str, str], corpus: Corpus, sourc
 
 
 def read_run(path: str | os.PathLike) -> Run:
-    """Read a TREC run file (``qid Q0 docid rank score tag``) into {qid → {docid → score}}."""
+    """Read a TREC run file (``qid Q0 docid rank score tag``) into {qid → {docid → score}}.
+
+    Raises DataFormatError naming the line for a wrong column count or a non-numeric score; a passage
+    listed twice for one query keeps its first line and the rest are dropped with a warning."""
     path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: run file not found")
     run: Run = {}
+    repeated: list[tuple[int, str, str]] = []
     with path.open(encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             parts = line.split()
@@ -166,7 +186,14 @@ def read_run(path: str | os.PathLike) -> Run:
                 score = float(parts[4])
             except ValueError:
                 raise DataFormatError(f"{path}:{n}: score {parts[4]!r} is not a number") from None
-            run.setdefault(parts[0], {})[parts[2]] = score
+            docs = run.setdefault(parts[0], {})
+            if parts[2] in docs:
+                repeated.append((n, parts[0], parts[2]))
+                continue
+            docs[parts[2]] = score
+    if repeated:
+        log.warning("%s: dropped %d repeated (query, passage) lines, keeping the first of each, e.g. line %d (%s, %s)",
+                    path, len(repeated), *repeated[0])
     return run
 
 
@@ -192,23 +219,34 @@ class BeirDataset:
     name: str = ""
 
 
-def load_beir(folder: str | os.PathLike, split: str = "test", qrels_file: str | None = None) -> BeirDataset:
+def load_beir(folder: str | os.PathLike, split: str = "test", qrels_file: str | list[str] | None = None) -> BeirDataset:
     """Load a BEIR folder: corpus, the queries judged in ``split``, and qrels.
 
-    ``qrels_file`` (relative to the folder) overrides ``qrels/<split>.tsv``, e.g. a graded TREC file.
-    Raises FileNotFoundError for a missing folder/file/split, DataFormatError for unknown ids.
+    ``qrels_file`` (relative to the folder) overrides ``qrels/<split>.tsv``, e.g. a graded TREC file;
+    a list of files is merged, a (query, passage) pair judged in several keeping its highest grade
+    (e.g. human + LLM judgments of one set). Raises FileNotFoundError for a missing folder/file/split
+    (listing the qrels files present), DataFormatError for unknown ids or empty query texts.
     """
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: BEIR folder not found")
-    qpath = folder / (qrels_file or f"qrels/{split}.tsv")
-    if not qpath.is_file():
-        have = sorted(p.name for p in (folder / "qrels").glob("*.tsv")) if (folder / "qrels").is_dir() else []
-        raise FileNotFoundError(f"{qpath}: split {split!r} not found in {folder} (qrels files present: {have})")
+    files = [qrels_file] if isinstance(qrels_file, str) else list(qrels_file or [f"qrels/{split}.tsv"])
+    qrels: Qrels = {}
+    for name in files:
+        qpath = folder / name
+        if not qpath.is_file():
+            have = sorted(p.name for p in (folder / "qrels").glob("*.tsv")) if (folder / "qrels").is_dir() else []
+            raise FileNotFoundError(f"{qpath}: split {split!r} not found in {folder} (qrels files present: {have})")
+        for qid, docs in read_qrels(qpath).items():
+            merged = qrels.setdefault(qid, {})
+            for pid, grade in docs.items():
+                merged[pid] = max(grade, merged.get(pid, grade))
     corpus = read_corpus(folder / "corpus.jsonl")
     queries = read_queries(folder / "queries.jsonl")
-    qrels = read_qrels(qpath)
-    check_qrels_ids(qrels, queries, corpus, str(qpath))
+    check_qrels_ids(qrels, queries, corpus, ", ".join(str(folder / f) for f in files))
+    empty = [q for q in qrels if not queries[q].strip()]
+    if empty:
+        raise DataFormatError(f"{folder / 'queries.jsonl'}: {len(empty)} judged queries have empty text, e.g. {empty[:5]}")
     return BeirDataset(corpus, {q: queries[q] for q in qrels}, qrels, folder.name)
 
 

@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 
 from multipos.assets import cache_dir
 from multipos.callbacks import RetrievalValidation
-from multipos.evaluation import EvalSet, bm25_run, dense_run, evaluate_run, write_metrics
+from multipos.evaluation import EvalSet, add_average, bm25_run, dense_run, write_metrics
 from multipos.losses import ContrastiveLoss
 from multipos.readers import write_run
 
@@ -44,35 +44,54 @@ def stages(cfg: DictConfig, datamodule, loss: ContrastiveLoss) -> list[tuple[str
     return [(datamodule.regime, loss, int(cfg.trainer.max_epochs))]
 
 
+def retrieval_options(cfg: DictConfig) -> dict:
+    """Keyword arguments of :func:`multipos.evaluation.dense_run` from ``cfg.eval`` (encoding and FAISS settings)."""
+    from omegaconf import OmegaConf
+
+    faiss = OmegaConf.to_container(cfg.eval.faiss) if cfg.eval.get("faiss") else {}
+    return dict(k=cfg.eval.k, batch_size=cfg.eval.batch_size, bf16=cfg.eval.bf16,
+                passage_max_length=cfg.eval.passage_max_length, index=cfg.eval.index, index_options=faiss)
+
+
 def evaluate_sets(model, sets: list[EvalSet], cfg: DictConfig, out: Path | None, cache: Path | None) -> dict:
-    """Dense retrieval + ranx metrics on each set; writes ``run.<set>.trec`` into ``out`` if given."""
+    """Dense retrieval + metrics on each set → {result name: {metric: value}} (one name per set, plus
+    ``<set>.<view>`` for sets with qrels views). Writes ``run.<set>.trec`` and ``per_query.<result>.json``
+    into ``out`` if given."""
     results = {}
     for es in sets:
         data = es.load()
-        run = dense_run(model, data, k=cfg.eval.k, batch_size=cfg.eval.batch_size, bf16=cfg.eval.bf16,
-                        passage_max_length=cfg.eval.passage_max_length, cache=cache, index=cfg.eval.index)
-        results[es.name], per_query = evaluate_run(data.qrels, run, es.metrics, es.relevance_threshold, per_query=True)
+        run = es.clean(dense_run(model, data, cache=cache, **retrieval_options(cfg)))
+        for name, (means, per_query) in es.score(run, data).items():
+            results[name] = means
+            if out is not None:
+                write_metrics(out / f"per_query.{name}.json", per_query)  # for paired significance tests
+            log.info("%s: %s", name, json.dumps({k: round(v, 4) for k, v in means.items()}))
         if out is not None:
             write_run(run, out / f"run.{es.name}.trec", tag=str(cfg.get("run_name", "multipos")))
-            write_metrics(out / f"per_query.{es.name}.json", per_query)  # for paired significance tests
-        log.info("%s: %s", es.name, json.dumps({k: round(v, 4) for k, v in results[es.name].items()}))
-    return results
+    return add_average(results, cfg.eval.average) if cfg.eval.get("average") else results
 
 
-def references(cfg: DictConfig, sets: list[EvalSet], zero_shot: bool = True) -> dict:
-    """BM25 and (``zero_shot``) starting-checkpoint metrics on ``sets``; embeddings cached across runs."""
+def references(cfg: DictConfig, sets: list[EvalSet], zero_shot: bool = True, zero_shot_model: str | None = None) -> dict:
+    """Floor rows on ``sets``: ``bm25`` and, with ``zero_shot``, ``zero-shot`` = ``cfg.model`` as configured
+    (``zero_shot_model`` replaces its ``name_or_path``, e.g. the starting checkpoint of a fine-tuned model).
+    Embeddings are cached across runs. Returns {row: {result name: {metric: value}}}."""
     refs = {"bm25": {}}
     for es in sets:
         data = es.load()
-        refs["bm25"][es.name] = evaluate_run(data.qrels, bm25_run(data, cfg.eval.k), es.metrics, es.relevance_threshold)
+        for name, (means, _) in es.score(es.clean(bm25_run(data, cfg.eval.k)), data).items():
+            refs["bm25"][name] = means
+    if cfg.eval.get("average"):
+        add_average(refs["bm25"], cfg.eval.average)
     if zero_shot:
-        refs["zero-shot"] = evaluate_sets(instantiate(cfg.model), sets, cfg, None, cache_dir())
+        extra = {"name_or_path": zero_shot_model} if zero_shot_model else {}
+        refs["zero-shot"] = evaluate_sets(instantiate(cfg.model, **extra), sets, cfg, None, cache_dir())
     return refs
 
 
-def format_table(results: dict, refs: dict, metric_sets: list[EvalSet]) -> str:
-    """Plain-text table: one row per system (BM25, zero-shot, this run) and one column per set/metric."""
-    cols = [(es.name, m) for es in metric_sets for m in es.metrics]
+def format_table(results: dict, refs: dict, metric_sets: list[EvalSet] | None = None) -> str:
+    """Plain-text table: one row per system (BM25, zero-shot, this run), one column per result/metric
+    in ``results`` order (``metric_sets`` is accepted for compatibility and ignored)."""
+    cols = [(s, m) for s, ms in results.items() for m in ms]
     head = "system".ljust(12) + "".join(f"{s}:{m}".rjust(max(14, len(s) + len(m) + 2)) for s, m in cols)
     lines = [head]
     rows = [*((name, r) for name, r in refs.items()), ("this run", results)]
@@ -125,8 +144,8 @@ def train(cfg: DictConfig) -> dict:
         datamodule.set_stage(regime, objective.single_positive)
         callbacks = []
         if val_set is not None:
-            callbacks.append(RetrievalValidation(val_set, batch_size=cfg.eval.batch_size, bf16=cfg.eval.bf16,
-                                                 passage_max_length=cfg.eval.passage_max_length, cache=cache_dir()))
+            opts = {**retrieval_options(cfg), "k": 100}
+            callbacks.append(RetrievalValidation(val_set, cache=cache_dir(), **opts))
         ckpt = L.pytorch.callbacks.ModelCheckpoint(
             dirpath=str(out / "checkpoints" / f"stage{i + 1}"), filename="{epoch}-{step}",
             monitor="val/ndcg@10" if val_set is not None else None, mode="max", save_top_k=1, save_last=True,
