@@ -181,3 +181,19 @@ def test_evaluate_run_matches_trec_eval(nfcorpus_bm25, threshold):
         else:
             assert len(left_out) == 323 - 119
             assert mean(trec_pq[m]) == pytest.approx(means[m] * 119 / 323, abs=TOL)
+
+
+@pytest.mark.parametrize("threshold", [1, 2])
+def test_acc_at_k_matches_trec_eval_success(nfcorpus_bm25, threshold):
+    """acc@k (ranx hit_rate) equals trec_eval's success@k on the queries with a relevant passage."""
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    qrels, _, run = nfcorpus_bm25
+    names = ["acc@1", "acc@5", "acc@10"]
+    means, per_query = evaluate_run(qrels, run, names, relevance_threshold=threshold, per_query=True)
+    trec = pytrec_eval.RelevanceEvaluator(qrels, {"success"}, relevance_level=threshold).evaluate(run)
+    for m in names:
+        on = per_query[m].keys()
+        want = {q: trec[q][f"success_{m.split('@')[1]}"] for q in on}
+        assert_close_per_query(per_query[m], want, f"{m} vs trec_eval success (threshold {threshold})")
+        assert means[m] == pytest.approx(mean(want), abs=TOL)
+    assert 0 < means["acc@1"] < means["acc@10"] <= 1
