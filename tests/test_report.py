@@ -356,3 +356,190 @@ def test_cli_error_names_the_path(tmp_path, capsys):
         main([str(bad), "--table", "t"])
     assert exc.value.code == 2
     assert f"{bad}: no metrics.json found" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------- explicit columns
+
+AVG = "beir_average"  # an average over sets: in metrics.json, no per_query.<set>.json
+QRELS_VIEW = "hybrid_annotation.gold"
+COLUMNS = [("nq_test", "acc@20"), ("nq_test", "acc@100"), ("msmarco_dev", "mrr@10"), ("msmarco_dev", "recall@1000"),
+           (QRELS_VIEW, "ndcg@10"), (AVG, "ndcg@10")]
+# best / second best of the average column differ from the per-query columns (rand1lh = lsepair best, jointlh second)
+AVG_VALUES = {"singlelh": 0.45, "rand1lh": 0.40, "jointlh": 0.47, "lsepair": 0.47, "summarglh": 0.30,
+              "recontriever": 0.20}
+MIXED_REFS = {"bm25": {"nq_test": {"acc@20": 0.6, "acc@100": 0.75}, "msmarco_dev": {"mrr@10": 0.18, "recall@1000": 0.86}},
+              "zero-shot": {"nq_test": {"acc@20": 0.5}, AVG: {"ndcg@10": 0.41}}}
+
+
+@pytest.fixture
+def mixed(tmp_path) -> Path:
+    """Six runs with different metrics per set (NQ Acc@k, MS MARCO MRR@10 / R@1000, a qrels view) and a BEIR average.
+
+    Every per-query column is a constant shift of the scenario values, so its markers are :data:`EXPECTED_MD`."""
+    root = tmp_path / "mixed"
+    for obj, v in scenario_values().items():
+        pq = {"nq_test": {"acc@20": qmap(v), "acc@100": qmap(v + 0.3)},
+              "msmarco_dev": {"mrr@10": qmap(v - 0.1), "recall@1000": qmap(v + 0.35)},
+              QRELS_VIEW: {"ndcg@10": qmap(v)}}
+        metrics = {s: {m: float(np.mean(list(q.values()))) for m, q in d.items()} for s, d in pq.items()}
+        metrics[AVG] = {"ndcg@10": AVG_VALUES[obj]}
+        make_run(root, f"run-{obj}", obj, pq, metrics=metrics, refs=MIXED_REFS if obj == "singlelh" else None)
+    return root
+
+
+def _unstyled(cell: str) -> str:
+    return re.sub(r"\*\*|</?u>|\\textbf\{|\\underline\{|\}(?=\$|$)", "", cell)
+
+
+def test_metric_labels():
+    assert report.metric_label("acc@20") == "Acc@20" and report.metric_label("acc@100") == "Acc@100"
+    assert report.metric_label("acc@7") == "Acc@7"  # any k
+    assert [report.metric_label(m) for m in ("ndcg@10", "mrr@10", "recall@100", "recall@1000")] == [
+        "nDCG@10", "MRR@10", "R@100", "R@1000"]
+    assert report.metric_label("map@100") == "map@100"
+
+
+def test_columns_markdown_per_set_metrics(mixed):
+    runs = collect([mixed])
+    md = render_table(runs, columns=COLUMNS, title="Table 3")
+    rows = _rows(md)
+    assert rows["objective"] == ["nq_test Acc@20", "nq_test Acc@100", "msmarco_dev MRR@10", "msmarco_dev R@1000",
+                                 "hybrid_annotation.gold nDCG@10", "beir_average nDCG@10"]
+    assert rows["BM25"] == ["0.6000", "0.7500", "0.1800", "0.8600", "n/a", "n/a"]
+    assert rows["zero-shot"] == ["0.5000", "n/a", "n/a", "n/a", "n/a", "0.4100"]
+    by_obj = {r.objective: r for r in runs}
+    for obj, cells in rows.items():
+        if obj not in by_obj:
+            continue
+        for (s, m), cell in zip(COLUMNS[:-1], cells[:-1]):  # per-query columns: the scenario's markers
+            assert _unstyled(cell) == f"{by_obj[obj].value(s, m):.4f}{EXPECTED_MD[obj]}", (obj, s, m, cell)
+        assert _unstyled(cells[-1]) == f"{AVG_VALUES[obj]:.4f}"  # the average column: the value, no marker
+    # best / second best per column: rand1lh = lsepair (same mean) best, jointlh second on per-query columns ...
+    for j in range(5):
+        assert rows["rand1lh"][j].startswith("**") and rows["lsepair"][j].startswith("**")
+        assert rows["jointlh"][j].startswith("<u>")
+        assert sum(c[j].startswith("**") for c in rows.values()) == 2
+    # ... but jointlh = lsepair best and singlelh second on the average
+    assert rows["jointlh"][-1] == "**0.4700**" and rows["lsepair"][-1] == "**0.4700**"
+    assert rows["singlelh"][-1] == "<u>0.4500</u>" and rows["rand1lh"][-1] == "0.4000"
+    assert "+/-: significantly better/worse than singlelh; ♣/♦: significantly better/worse than rand1lh" in md
+
+
+def test_columns_latex_groups_consecutive_sets(mixed):
+    runs = collect([mixed])
+    tex = render_table(runs, columns=COLUMNS, fmt="latex", title="Table 3")
+    lines = tex.splitlines()
+    assert r"\begin{tabular}{lrrrrrr}" in lines
+    head = lines.index(r"\toprule")
+    assert lines[head + 1] == (r" & \multicolumn{2}{c}{nq\_test} & \multicolumn{2}{c}{msmarco\_dev} & "
+                               r"\multicolumn{1}{c}{hybrid\_annotation.gold} & \multicolumn{1}{c}{beir\_average} \\")
+    assert lines[head + 2] == r"\cmidrule(lr){2-3}\cmidrule(lr){4-5}\cmidrule(lr){6-6}\cmidrule(lr){7-7}"
+    assert lines[head + 3] == r"objective & Acc@20 & Acc@100 & MRR@10 & R@1000 & nDCG@10 & nDCG@10 \\"
+    assert r"BM25 & 0.6000 & 0.7500 & 0.1800 & 0.8600 & -- & -- \\" in lines
+    assert r"zero-shot & 0.5000 & -- & -- & -- & -- & 0.4100 \\" in lines
+    row = {l.split(" & ")[0]: l.removesuffix(r" \\").split(" & ")[1:] for l in lines
+           if " & " in l and not l.startswith((" &", "objective"))}
+    assert set(row) == {"BM25", "zero-shot"} | set(EXPECTED_MD) and all(len(c) == 6 for c in row.values())
+    j = next(r for r in runs if r.objective == "jointlh")
+    assert row["jointlh"][0] == rf"\underline{{{j.value('nq_test', 'acc@20'):.4f}}}$^{{+\diamondsuit}}$"
+    assert row["jointlh"][3] == rf"\underline{{{j.value('msmarco_dev', 'recall@1000'):.4f}}}$^{{+\diamondsuit}}$"
+    assert row["jointlh"][5] == r"\textbf{0.4700}" and row["singlelh"][5] == r"\underline{0.4500}"
+    assert row["recontriever"][5] == "0.2000"
+    assert all("$^" not in cells[5] for cells in row.values())  # no markers on the average column
+    assert all("$^" in row[obj][j] for obj in EXPECTED_MD for j in range(5))  # every run differs from a baseline
+    # the same set twice but not consecutively → two groups
+    split = render_table(runs, columns=[("nq_test", "acc@20"), (AVG, "ndcg@10"), ("nq_test", "acc@100")], fmt="latex",
+                         references=False).splitlines()
+    assert (r" & \multicolumn{1}{c}{nq\_test} & \multicolumn{1}{c}{beir\_average} & \multicolumn{1}{c}{nq\_test} \\"
+            in split)
+    assert r"\cmidrule(lr){2-2}\cmidrule(lr){3-3}\cmidrule(lr){4-4}" in split
+    # the grid form still works and equals the same columns given explicitly
+    cols = [("nq_test", "acc@20"), ("nq_test", "acc@100")]
+    assert render_table(runs, ["nq_test"], ["acc@20", "acc@100"], fmt="latex") == render_table(
+        runs, columns=cols, fmt="latex")
+
+
+def test_columns_errors(mixed):
+    runs = collect([mixed])
+    with pytest.raises(ValueError, match="either columns or sets/metrics, not both"):
+        render_table(runs, ["nq_test"], None, columns=COLUMNS)
+    with pytest.raises(ValueError, match="need at least one column"):
+        render_table(runs, columns=[])
+    with pytest.raises(ValueError, match="need at least one eval set and one metric"):
+        render_table(runs)
+    with pytest.raises(ValueError, match="duplicate columns: nq_test:acc@20"):
+        render_table(runs, columns=[("nq_test", "acc@20"), (AVG, "ndcg@10"), ("nq_test", "acc@20")])
+    for bad in ["nq_test:acc@20", ("nq_test", ""), ("nq_test", "acc@20", "x")]:
+        with pytest.raises(ValueError, match="must be a \\(set, metric\\) pair"):
+            render_table(runs, columns=[bad])
+    with pytest.raises(ValueError, match=r"run-singlelh/metrics\.json: no 'recall@100' for eval set 'beir_average'"):
+        render_table(runs, columns=[(AVG, "recall@100")], significance=False)
+    assert report.parse_column("hybrid_annotation.gold:ndcg@10") == ("hybrid_annotation.gold", "ndcg@10")
+    for bad, why in [("nq_test", "no ':'"), ("nq_test:acc:20", "more than one ':'"), (":acc@20", "empty eval set"),
+                     ("nq_test:", "empty metric")]:
+        with pytest.raises(ValueError, match=why):
+            report.parse_column(bad)
+    # a set that some run has per-query values for: a run without them is still an error (not a silent "no marker")
+    (mixed / "run-jointlh" / "per_query.msmarco_dev.json").unlink()
+    runs = collect([mixed], require_per_query=False)
+    with pytest.raises(FileNotFoundError, match=r"run-jointlh/per_query\.msmarco_dev\.json: per-query file missing"):
+        render_table(runs, columns=COLUMNS)
+    assert "msmarco_dev" not in render_table(runs, columns=[("nq_test", "acc@20"), (AVG, "ndcg@10")])
+
+
+def test_cli_columns(mixed, tmp_path, capsys):
+    out = tmp_path / "t3.tex"
+    argv = [str(mixed), "--table", "Table 3", "--format", "both", "--out", str(out), "--columns",
+            *(f"{s}:{m}" for s, m in COLUMNS)]
+    text = main(argv)
+    captured = capsys.readouterr()
+    assert captured.out.strip() == text.strip() == out.read_text().strip()
+    assert text == "\n\n".join(render_table(collect([mixed]), columns=COLUMNS, fmt=f, title="Table 3")
+                               for f in ("markdown", "latex"))
+    assert "note: no run has per-query values for 'beir_average'" in captured.err
+    assert "nq_test" not in captured.err  # only the average gets the note
+    rows = _rows(text.split("\n\n\\begin{table}")[0])
+    assert rows["jointlh"][0].endswith("+♦") and rows["jointlh"][-1] == "**0.4700**"
+    assert r"\cmidrule(lr){2-3}\cmidrule(lr){4-5}\cmidrule(lr){6-6}\cmidrule(lr){7-7}" in text
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--columns", "nq_test:acc@20", "--sets", "nq_test"], "argument --columns: not allowed with --sets"),
+    (["--columns", "nq_test:acc@20", "--metrics", "acc@20"], "argument --columns: not allowed with --metrics"),
+    (["--sets", "nq_test", "--metrics", "acc@20", "--columns", "nq_test:acc@20"],
+     "argument --columns: not allowed with --sets / --metrics"),
+    (["--columns", "nq_test:acc@20", "nq_test"], "argument --columns: column 'nq_test' has no ':'"),
+    (["--columns", "nq_test:"], "argument --columns: column 'nq_test:' has an empty metric"),
+    (["--columns", ":acc@20"], "argument --columns: column ':acc@20' has an empty eval set"),
+    (["--columns", "nq_test:acc:20"], "argument --columns: column 'nq_test:acc:20' has more than one ':'"),
+])
+def test_cli_columns_usage_errors(mixed, capsys, extra, message):
+    with pytest.raises(SystemExit) as exc:
+        main([str(mixed), "--table", "t", *extra])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: python -m multipos.report") and message in err
+
+
+def test_cli_columns_missing_values(mixed, capsys):
+    (mixed / "run-rand1lh" / "per_query.nq_test.json").unlink()
+    with pytest.raises(SystemExit) as exc:  # a normal set: a missing per-query file is an error, before any table
+        main([str(mixed), "--table", "t", "--columns", "nq_test:acc@20", "beir_average:ndcg@10"])
+    assert exc.value.code == 2
+    captured = capsys.readouterr()
+    assert "run-rand1lh/per_query.nq_test.json: per-query file missing" in captured.err and captured.out == ""
+    # ... not needed without significance markers
+    assert "| rand1lh |" in main([str(mixed), "--table", "t", "--no-significance", "--columns", "nq_test:acc@20"])
+    with pytest.raises(SystemExit) as exc:
+        main([str(mixed), "--table", "t", "--columns", "beir_average:acc@20"])
+    assert exc.value.code == 2
+    assert "metrics.json: no 'acc@20' for eval set 'beir_average'" in capsys.readouterr().err
+
+
+def test_cli_columns_plot_ratio_uses_first_columns_set(mixed, monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(report, "plot_ratio_ablation", lambda runs, s, ms, out_png: calls.append((len(runs), s, ms)) or out_png)
+    assert main([str(mixed), "--plot-ratio", "r.png", "--columns", "msmarco_dev:mrr@10", "nq_test:acc@20",
+                 "msmarco_dev:recall@1000"]) == ""
+    assert calls == [(6, "msmarco_dev", ["mrr@10", "recall@1000"])]
+    assert "ratio ablation plot (msmarco_dev): r.png" in capsys.readouterr().err

@@ -120,8 +120,12 @@ class EvalSet:
         """
         data = data if data is not None else self.load()
         run = self.clean(run)
-        return {name: evaluate_run(qrels, run, self.metrics, self.relevance_threshold, per_query=True)
-                for name, qrels in self.view_qrels(data).items()}
+        out = {}
+        for name, qrels in self.view_qrels(data).items():
+            # a view judges a subset of the set's queries: the others are not "run queries without qrels"
+            scored = run if name == self.name else {q: docs for q, docs in run.items() if q in qrels}
+            out[name] = evaluate_run(qrels, scored, self.metrics, self.relevance_threshold, per_query=True)
+        return out
 
 
 def _plain(value):

@@ -38,7 +38,7 @@ Typical use::
     qa = read_dpr_qa("nq-test.qa.csv")
     run = read_run("run.nq-test.trec")                      # multipos.readers.read_run
     corpus = read_dpr_passages("psgs_w100.tsv", ids=run_passage_ids(run, depth=100))
-    answer_accuracy(run, qa, corpus)                       # {"acc@20": 0.79…, "acc@100": 0.86…}
+    answer_accuracy(run, qa, corpus)                       # {"acc@20": …, "acc@100": …}
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 Input: run directories written by :func:`multipos.train.train` (``metrics.json``,
 ``per_query.<eval set>.json``, ``.hydra/config.yaml``, ``.hydra/overrides.yaml`` and optionally
 ``references.json``), or sweep directories containing such runs at any depth.
-Output: a Markdown or LaTeX table with one row per run and one column per (eval set, metric).
+Output: a Markdown or LaTeX table with one row per run and one column per (eval set, metric): either
+the full grid ``sets`` × ``metrics`` or an explicit list of ``columns`` (different metrics per set, as
+in the paper's tables, e.g. NQ Acc@20 / Acc@100 next to MS MARCO MRR@10 / R@1000 and a BEIR average).
 
 Conventions (the paper's, with the choices made here):
 
@@ -17,7 +19,9 @@ Conventions (the paper's, with the choices made here):
   ASCII ``-`` for a drop (the paper prints a minus sign, U+2212); LaTeX uses one superscript per
   cell: ``$^{+}$``, ``$^{-}$``, ``$^{\\clubsuit}$``, ``$^{\\diamondsuit}$`` (e.g. ``$^{+\\diamondsuit}$``).
   A run is never compared with itself, so the SingleLH row carries only ♣/♦ and the Rand1LH row only
-  +/-.
+  +/-. A column whose eval set has per-query values in *no* run (e.g. ``beir_average``, an average
+  over sets with no ``per_query.<set>.json``) carries no markers; when some run has them, every
+  compared run must have them.
 * **Numbers** — the values of ``metrics.json`` with 4 decimals (as in ``results.txt``); with
   ``percent=True`` ×100 with 2 decimals.
 * **Best / second best** — per column, among the run rows only (the BM25 / zero-shot floor rows from
@@ -35,6 +39,8 @@ Command line::
 
     python -m multipos.report outputs/ multirun/2025-01-01_00-00-00 --table main \\
         --sets nfcorpus_test trec_dl19 --metrics ndcg@10 mrr@10 --format both --out table.md
+    python -m multipos.report outputs/ --table main --format latex \\
+        --columns nq_test:acc@20 nq_test:acc@100 msmarco_dev:mrr@10 beir_average:ndcg@10
     python -m multipos.report multirun/ratio_sweep --sets nfcorpus_test --plot-ratio ratio.png
 """
 
@@ -61,7 +67,9 @@ SHORT_NAMES = {v: k for k, v in KEY_ALIASES.items()}
 MATCH_KEYS = tuple(k for k in CONFIG_KEYS if k != "loss.name")
 #: Floor rows taken from ``references.json``: (key in the file, row label).
 REFERENCE_ROWS = (("bm25", "BM25"), ("zero-shot", "zero-shot"))
-METRIC_NAMES = {"ndcg@10": "nDCG@10", "mrr@10": "MRR@10", "recall@100": "R@100", "recall@1000": "R@1000"}
+#: Display labels of metrics in table headers and plot axes (see :func:`metric_label`).
+METRIC_NAMES = {"ndcg@10": "nDCG@10", "mrr@10": "MRR@10", "recall@100": "R@100", "recall@1000": "R@1000",
+                "acc@1": "Acc@1", "acc@5": "Acc@5", "acc@20": "Acc@20", "acc@100": "Acc@100"}
 DEFAULT_METRICS = ("ndcg@10", "mrr@10")
 DEFAULT_BASELINES = ("singlelh", "rand1lh")
 #: (improvement, drop) symbols for the first (SingleLH) and second (Rand1LH) baseline.
@@ -414,6 +422,51 @@ def row_label(run: RunResult, row_key: RowKey = "objective") -> str:
     return ",".join(parts)
 
 
+def metric_label(metric: str) -> str:
+    """A metric's display label: :data:`METRIC_NAMES`, else ``acc@<k>`` → ``Acc@<k>``, else the name itself."""
+    if metric in METRIC_NAMES:
+        return METRIC_NAMES[metric]
+    m = re.fullmatch(r"acc@(\d+)", metric)
+    return f"Acc@{m.group(1)}" if m else metric
+
+
+def parse_column(text: str) -> tuple[str, str]:
+    """``"SET:METRIC"`` → ``(SET, METRIC)``, split on the ':' (eval set and metric names contain none).
+
+    Raises ``ValueError`` when there is no ':', more than one, or an empty side.
+    """
+    if text.count(":") != 1:
+        what = "no ':'" if ":" not in text else "more than one ':'"
+        raise ValueError(f"column {text!r} has {what}: expected SET:METRIC, e.g. nq_test:acc@20")
+    eval_set, metric = text.split(":", 1)
+    if not eval_set or not metric:
+        raise ValueError(f"column {text!r} has an empty {'eval set' if not eval_set else 'metric'}: "
+                         "expected SET:METRIC, e.g. nq_test:acc@20")
+    return eval_set, metric
+
+
+def _table_columns(sets: Sequence[str] | None, metrics: Sequence[str] | None,
+                   columns: Iterable[tuple[str, str]] | None) -> list[tuple[str, str]]:
+    """The table's (set, metric) columns: ``columns`` (validated) or the grid ``sets`` × ``metrics``."""
+    if columns is None:
+        if not sets or not metrics:
+            raise ValueError("need at least one eval set and one metric (or explicit columns)")
+        return [(s, m) for s in sets for m in metrics]
+    if sets or metrics:
+        raise ValueError("pass either columns or sets/metrics, not both")
+    cols = []
+    for c in columns:
+        if isinstance(c, str) or len(c) != 2 or not all(isinstance(x, str) and x for x in c):
+            raise ValueError(f"a column must be a (set, metric) pair of non-empty names, got {c!r}")
+        cols.append((c[0], c[1]))
+    if not cols:
+        raise ValueError("need at least one column")
+    dups = sorted({f"{s}:{m}" for s, m in cols if cols.count((s, m)) > 1})
+    if dups:
+        raise ValueError(f"duplicate columns: {', '.join(dups)}")
+    return cols
+
+
 def _number(v: float, percent: bool) -> str:
     return f"{100 * v:.2f}" if percent else f"{v:.4f}"
 
@@ -449,13 +502,18 @@ def _legend(baselines: Sequence, alpha: float, fmt: str) -> str:
     return "; ".join(parts) + f" (two-sided paired t-test over queries, {p})"
 
 
-def render_table(runs: Sequence[RunResult], sets: Sequence[str], metrics: Sequence[str], row_key: RowKey = "objective",
-                 fmt: str = "markdown", baselines: Sequence[str | RunResult | None] = DEFAULT_BASELINES, *,
+def render_table(runs: Sequence[RunResult], sets: Sequence[str] | None = None, metrics: Sequence[str] | None = None,
+                 row_key: RowKey = "objective", fmt: str = "markdown",
+                 baselines: Sequence[str | RunResult | None] = DEFAULT_BASELINES, *,
                  title: str | None = None, alpha: float = 0.05, references: bool | Mapping = True,
-                 significance: bool = True, percent: bool = False) -> str:
+                 significance: bool = True, percent: bool = False,
+                 columns: Sequence[tuple[str, str]] | None = None) -> str:
     """Render ``runs`` as a Markdown or LaTeX table.
 
-    Inputs: ``runs`` (from :func:`collect`); ``sets`` × ``metrics`` → one column per (set, metric);
+    Inputs: ``runs`` (from :func:`collect`); ``sets`` × ``metrics`` → one column per (set, metric),
+    or ``columns``: an explicit list of ``(set, metric)`` pairs in display order that replaces the grid
+    (different metrics per set, e.g. ``[("nq_test", "acc@20"), ("nq_test", "acc@100"),
+    ("beir_average", "ndcg@10")]``; ``sets`` / ``metrics`` must then be empty or ``None``);
     ``row_key`` → row labels (see :func:`row_label`); ``fmt`` ``"markdown"`` or ``"latex"``;
     ``baselines`` (SingleLH-like, Rand1LH-like): objective names (resolved per run with
     :func:`resolve_baseline`), :class:`RunResult` objects or ``None``; ``title`` → Markdown
@@ -468,20 +526,25 @@ def render_table(runs: Sequence[RunResult], sets: Sequence[str], metrics: Sequen
     given order. Best / second best per column (run rows only, on the displayed values, dense ranking
     so ties share bold / underline) → ``**x**`` / ``<u>x</u>`` or ``\\textbf{x}`` / ``\\underline{x}``;
     markers (:func:`markers`, test: two-sided paired t-test, ``p < alpha``) follow the value.
-    Output: the table text (Markdown: title line, pipe table and a legend line; LaTeX: a ``table``
-    environment using booktabs). Raises ``ValueError`` for an unknown format, no runs, a run missing
-    a requested value, or an ambiguous baseline; ``FileNotFoundError`` for missing per-query files.
+    A column whose set has per-query values in no run (e.g. ``beir_average``, an average over eval
+    sets) gets no markers — no error, and the legend is unchanged; when at least one run has per-query
+    values for the set, a compared run without them is an error as usual. Floor rows show ``n/a``
+    (Markdown) / ``--`` (LaTeX) where the reference lacks a value.
+    Output: the table text (Markdown: title line, pipe table with ``<set> <metric label>`` header
+    cells and a legend line; LaTeX: a ``table`` environment using booktabs, consecutive columns of
+    the same set grouped under one ``\\multicolumn`` with a ``\\cmidrule``). Raises ``ValueError``
+    for an unknown format, no runs, no / malformed / duplicate columns, both ``columns`` and
+    ``sets``/``metrics``, a run missing a requested value, or an ambiguous baseline;
+    ``FileNotFoundError`` for missing per-query files.
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
     if not runs:
         raise ValueError("no runs to tabulate")
-    if not sets or not metrics:
-        raise ValueError("need at least one eval set and one metric")
+    cols = _table_columns(sets, metrics, columns)
     baselines = tuple(baselines)
     if len(baselines) != 2:
         raise ValueError(f"baselines must be (SingleLH-like, Rand1LH-like), got {baselines!r}")
-    cols = [(s, m) for s in sets for m in metrics]
 
     # row order: baseline runs first
     def base_rank(r: RunResult) -> int:
@@ -495,11 +558,13 @@ def render_table(runs: Sequence[RunResult], sets: Sequence[str], metrics: Sequen
     shown = [[_number(v, percent) for v in row] for row in values]
     ranks_by_col = [_ranks([row[j] for row in shown]) for j in range(len(cols))]
     marks = [["" for _ in cols] for _ in runs]
-    if significance:
+    marked = {s for s, _ in cols if any(s in r.per_query for r in runs)}  # e.g. not an average over sets
+    if significance and marked:
         for i, r in enumerate(runs):
             b1, b2 = (resolve_baseline(r, runs, b) for b in baselines)
             for j, (s, m) in enumerate(cols):
-                marks[i][j] = markers(r, b1, b2, s, m, alpha, fmt)
+                if s in marked:
+                    marks[i][j] = markers(r, b1, b2, s, m, alpha, fmt)
 
     bold, under = ("**{}**", "<u>{}</u>") if fmt == "markdown" else (r"\textbf{{{}}}", r"\underline{{{}}}")
     body = []
@@ -527,13 +592,13 @@ def render_table(runs: Sequence[RunResult], sets: Sequence[str], metrics: Sequen
     legend = _legend(baselines, alpha, fmt) if significance else ""
     if fmt == "markdown":
         return _markdown(title, head, cols, floor, body, legend)
-    return _latex(title, head, sets, metrics, floor, body, legend)
+    return _latex(title, head, cols, floor, body, legend)
 
 
 def _markdown(title, head, cols, floor, body, legend) -> str:
     esc = lambda t: str(t).replace("|", r"\|")  # noqa: E731
     lines = [f"Table: {title}", ""] if title else []
-    lines.append("| " + " | ".join([esc(head)] + [f"{s} {METRIC_NAMES.get(m, m)}" for s, m in cols]) + " |")
+    lines.append("| " + " | ".join([esc(head)] + [f"{s} {metric_label(m)}" for s, m in cols]) + " |")
     lines.append("|:---|" + "---:|" * len(cols))
     for label, cells in floor + body:
         lines.append("| " + " | ".join([esc(label)] + cells) + " |")
@@ -542,19 +607,30 @@ def _markdown(title, head, cols, floor, body, legend) -> str:
     return "\n".join(lines)
 
 
-def _latex(title, head, sets, metrics, floor, body, legend) -> str:
-    n = len(metrics)
+def _set_groups(cols: Sequence[tuple[str, str]]) -> list[tuple[str, int]]:
+    """Runs of consecutive columns of the same set: ``[(set, width), …]`` in column order."""
+    groups: list[tuple[str, int]] = []
+    for s, _ in cols:
+        if groups and groups[-1][0] == s:
+            groups[-1] = (s, groups[-1][1] + 1)
+        else:
+            groups.append((s, 1))
+    return groups
+
+
+def _latex(title, head, cols, floor, body, legend) -> str:
+    groups = _set_groups(cols)
+    starts = [2 + sum(w for _, w in groups[:k]) for k in range(len(groups))]  # first LaTeX column of each group
     caption = ". ".join(p for p in (_latex_escape(title) if title else "", legend) if p)
     lines = [r"\begin{table}[t]", r"\centering"]
     if caption:
         lines.append(rf"\caption{{{caption}.}}")
     if title:
         lines.append(rf"\label{{tab:{re.sub(r'[^A-Za-z0-9]+', '-', title).strip('-').lower()}}}")
-    lines += [rf"\begin{{tabular}}{{l{'r' * n * len(sets)}}}", r"\toprule"]
-    lines.append(" & ".join([""] + [rf"\multicolumn{{{n}}}{{c}}{{{_latex_escape(s)}}}" for s in sets]) + r" \\")
-    lines.append("".join(rf"\cmidrule(lr){{{2 + k * n}-{1 + (k + 1) * n}}}" for k in range(len(sets))))
-    lines.append(" & ".join([_latex_escape(head)] + [_latex_escape(METRIC_NAMES.get(m, m)) for _ in sets
-                                                      for m in metrics]) + r" \\")
+    lines += [rf"\begin{{tabular}}{{l{'r' * len(cols)}}}", r"\toprule"]
+    lines.append(" & ".join([""] + [rf"\multicolumn{{{w}}}{{c}}{{{_latex_escape(s)}}}" for s, w in groups]) + r" \\")
+    lines.append("".join(rf"\cmidrule(lr){{{a}-{a + w - 1}}}" for a, (_, w) in zip(starts, groups)))
+    lines.append(" & ".join([_latex_escape(head)] + [_latex_escape(metric_label(m)) for _, m in cols]) + r" \\")
     lines.append(r"\midrule")
     for label, cells in floor:
         lines.append(" & ".join([_latex_escape(label)] + cells) + r" \\")
@@ -672,7 +748,7 @@ def ratio_ablation_figure(runs: Sequence[RunResult], eval_set: str, metrics: Seq
             if i == len(metrics) - 1:
                 ax.set_xlabel("M (positives per group)")
             if j == 0:
-                ax.set_ylabel(METRIC_NAMES.get(m, m))
+                ax.set_ylabel(metric_label(m))
     fig.suptitle(f"Positive–negative ratio ablation ({eval_set})")
     fig.legend([handles[o] for o in objectives if o in handles], [o for o in objectives if o in handles],
                loc="outside right center")
@@ -722,13 +798,26 @@ def plot_ratio_ablation(runs: Sequence[RunResult], eval_set: str, metrics: Seque
 # command line
 
 
+def _column_arg(text: str) -> tuple[str, str]:
+    """argparse ``type`` of ``--columns`` items (:func:`parse_column`, errors as argparse errors)."""
+    try:
+        return parse_column(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m multipos.report",
                                 description="Paper-style tables with significance markers from run directories.")
     p.add_argument("paths", nargs="+", help="run directories or sweep directories (searched recursively)")
     p.add_argument("--table", help="table name, used as title / caption (required unless --plot-ratio)")
     p.add_argument("--sets", nargs="+", help="eval sets (default: the sets every run has)")
-    p.add_argument("--metrics", nargs="+", default=list(DEFAULT_METRICS), help="metrics (default: %(default)s)")
+    p.add_argument("--metrics", nargs="+",
+                   help=f"metrics, one column per set × metric (default: {' '.join(DEFAULT_METRICS)})")
+    p.add_argument("--columns", nargs="+", type=_column_arg, metavar="SET:METRIC",
+                   help="explicit columns in display order, e.g. nq_test:acc@20 nq_test:acc@100 msmarco_dev:mrr@10 "
+                        "beir_average:ndcg@10 (instead of --sets/--metrics; a set without per-query files in any "
+                        "run, such as an average, gets no significance markers)")
     p.add_argument("--format", choices=["markdown", "latex", "both"], default="markdown")
     p.add_argument("--out", help="also write the table(s) to this file")
     p.add_argument("--row-key", default="objective", help='row labels: "objective", "name" or keys like "G,M"')
@@ -740,16 +829,22 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-references", action="store_true", help="no BM25 / zero-shot floor rows")
     p.add_argument("--plot-ratio", metavar="FILE.png",
                    help="also save the positive–negative ratio ablation plot (x = M, one panel per G, one line "
-                        "per objective, --metrics as rows) of the first of --sets to this PNG")
+                        "per objective, --metrics as rows) of the first of --sets to this PNG (with --columns: "
+                        "the set of the first column, with that set's metrics)")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> str:
     """CLI entry point: print the requested table(s) and return the printed text.
 
-    ``--format both`` prints the Markdown table then the LaTeX table. ``--plot-ratio FILE.png`` also
-    saves :func:`plot_ratio_ablation` of the first of ``--sets`` (default: of the sets every run has)
-    and names the file on stderr; with ``--plot-ratio`` the table (``--table``) is optional.
+    ``--format both`` prints the Markdown table then the LaTeX table. ``--columns SET:METRIC …``
+    gives explicit columns (mutually exclusive with ``--sets`` / ``--metrics``; an item without a
+    single ':' or with an empty side is an argparse error); a set of those columns that has per-query
+    values in no run (e.g. ``beir_average``) gets no markers and a note on stderr, while a run lacking
+    per-query values of a set that other runs have is an error. ``--plot-ratio FILE.png`` also
+    saves :func:`plot_ratio_ablation` of the first of ``--sets`` (default: of the sets every run has;
+    with ``--columns``: the first column's set, with its metrics) and names the file on stderr; with
+    ``--plot-ratio`` the table (``--table``) is optional.
     Errors (missing run files, mismatched queries, ambiguous baselines, runs without G / M, …) exit
     with status 2 and the message on stderr.
     """
@@ -760,24 +855,46 @@ def main(argv: Sequence[str] | None = None) -> str:
         parser.error("one of --table / --plot-ratio is required")
     if args.out and not table:
         parser.error("--out writes the table: it needs --table")
+    if args.columns:
+        clash = [o for o, v in (("--sets", args.sets), ("--metrics", args.metrics)) if v]
+        if clash:
+            parser.error(f"argument --columns: not allowed with {' / '.join(clash)} "
+                         "(give either explicit columns or --sets/--metrics)")
     try:
         sig = not args.no_significance and table
-        runs = collect(args.paths, args.sets, args.metrics, require_per_query=sig)
-        sets = args.sets or [s for s in runs[0].metrics if all(s in r.metrics for r in runs)]
-        if not sets:
-            raise ValueError("the runs share no eval set; pass --sets")
-        for r in runs:  # sets chosen by default still need every metric
-            for s in sets:
-                for m in args.metrics:
-                    r.value(s, m)
+        if args.columns:
+            runs = collect(args.paths, require_per_query=False)
+            cols = _table_columns(None, None, args.columns)
+            plot_set = cols[0][0]
+            plot_metrics = [m for s, m in cols if s == plot_set]
+        else:
+            metrics = args.metrics or list(DEFAULT_METRICS)
+            runs = collect(args.paths, args.sets, metrics, require_per_query=sig)
+            sets = args.sets or [s for s in runs[0].metrics if all(s in r.metrics for r in runs)]
+            if not sets:
+                raise ValueError("the runs share no eval set; pass --sets or --columns")
+            cols = [(s, m) for s in sets for m in metrics]
+            plot_set, plot_metrics = sets[0], metrics
+        for r in runs:  # sets chosen by default / by --columns still need every value
+            for s, m in cols:
+                r.value(s, m)
+        if sig:  # per-query values up front: every run for a set some run has them for, else no markers
+            for s in dict.fromkeys(s for s, _ in cols):
+                if any(s in r.per_query for r in runs):
+                    for r in runs:
+                        for m in (m for c, m in cols if c == s):
+                            r.query_values(s, m)
+                else:
+                    print(f"note: no run has per-query values for {s!r} (e.g. an average over sets): "
+                          "its columns carry no significance markers", file=sys.stderr)
         baselines = tuple(None if b.lower() == "none" else b for b in args.baselines)
         fmts = ["markdown", "latex"] if args.format == "both" else [args.format]
-        text = "\n\n".join(render_table(runs, sets, args.metrics, row_key=args.row_key, fmt=f, baselines=baselines,
-                                        title=args.table, alpha=args.alpha, references=not args.no_references,
-                                        significance=sig, percent=args.percent) for f in fmts) if table else ""
+        text = "\n\n".join(render_table(runs, row_key=args.row_key, fmt=f, baselines=baselines, title=args.table,
+                                        alpha=args.alpha, references=not args.no_references, significance=sig,
+                                        percent=args.percent, columns=cols) for f in fmts) if table else ""
         if args.plot_ratio:
-            png = plot_ratio_ablation(runs, sets[0], args.metrics, out_png=args.plot_ratio)
-            print(f"ratio ablation plot ({sets[0]}): {png}", file=sys.stderr)
+            png = plot_ratio_ablation(runs, plot_set, plot_metrics, out_png=args.plot_ratio)
+            print(f"ratio ablation plot ({plot_set}): {png}", file=sys.stderr)
     except (FileNotFoundError, ValueError) as exc:
         parser.exit(2, f"{parser.prog}: error: {exc}\n")
     if not table:
