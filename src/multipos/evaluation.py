@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from multipos.assets import resolve_dataset
-from multipos.readers import BeirDataset, Qrels, Run, load_beir
+from multipos.readers import BeirDataset, Qrels, Run, check_qrels_ids, load_beir, read_qrels_files
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +105,10 @@ class EvalSet:
             if spec.get("qrels_file"):
                 folder = resolve_dataset(self.path)
                 files = _plain(spec["qrels_file"])
-                qrels = load_beir(folder, self.split, files).qrels
+                files = [files] if isinstance(files, str) else files
+                qrels = read_qrels_files(folder, files, self.split)
                 qrels = {q: docs for q, docs in qrels.items() if q in data.queries}
+                check_qrels_ids(qrels, data.queries, data.corpus, ", ".join(str(folder / f) for f in files))
             if spec.get("grades") is not None:
                 keep = {int(g) for g in spec["grades"]}
                 qrels = {q: {d: g for d, g in docs.items() if g in keep} for q, docs in qrels.items()}

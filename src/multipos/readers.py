@@ -219,6 +219,23 @@ class BeirDataset:
     name: str = ""
 
 
+def read_qrels_files(folder: str | os.PathLike, files: list[str], split: str = "test") -> Qrels:
+    """Read and merge qrels files (paths relative to ``folder``); a pair judged in several keeps its highest
+    grade. Raises FileNotFoundError naming the missing file and the qrels files present."""
+    folder = Path(folder)
+    qrels: Qrels = {}
+    for name in files:
+        qpath = folder / name
+        if not qpath.is_file():
+            have = sorted(p.name for p in (folder / "qrels").glob("*.tsv")) if (folder / "qrels").is_dir() else []
+            raise FileNotFoundError(f"{qpath}: split {split!r} not found in {folder} (qrels files present: {have})")
+        for qid, docs in read_qrels(qpath).items():
+            merged = qrels.setdefault(qid, {})
+            for pid, grade in docs.items():
+                merged[pid] = max(grade, merged.get(pid, grade))
+    return qrels
+
+
 def load_beir(folder: str | os.PathLike, split: str = "test", qrels_file: str | list[str] | None = None) -> BeirDataset:
     """Load a BEIR folder: corpus, the queries judged in ``split``, and qrels.
 
@@ -231,16 +248,7 @@ def load_beir(folder: str | os.PathLike, split: str = "test", qrels_file: str | 
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: BEIR folder not found")
     files = [qrels_file] if isinstance(qrels_file, str) else list(qrels_file or [f"qrels/{split}.tsv"])
-    qrels: Qrels = {}
-    for name in files:
-        qpath = folder / name
-        if not qpath.is_file():
-            have = sorted(p.name for p in (folder / "qrels").glob("*.tsv")) if (folder / "qrels").is_dir() else []
-            raise FileNotFoundError(f"{qpath}: split {split!r} not found in {folder} (qrels files present: {have})")
-        for qid, docs in read_qrels(qpath).items():
-            merged = qrels.setdefault(qid, {})
-            for pid, grade in docs.items():
-                merged[pid] = max(grade, merged.get(pid, grade))
+    qrels = read_qrels_files(folder, files, split)
     corpus = read_corpus(folder / "corpus.jsonl")
     queries = read_queries(folder / "queries.jsonl")
     check_qrels_ids(qrels, queries, corpus, ", ".join(str(folder / f) for f in files))
