@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,8 @@ def test_average_row_is_the_unweighted_mean():
     assert results["beir_average"] == {"ndcg@10": pytest.approx(0.3)}  # only metrics every set has
     single = add_average({"a": {"ndcg@10": 0.2}}, "avg")
     assert "avg" not in single
+    with_views = add_average({"a": {"m": 0.2}, "a.gold": {"m": 0.9}, "b": {"m": 0.4}}, "avg", ["a", "b"])
+    assert with_views["avg"] == {"m": pytest.approx(0.3)}  # views are not averaged in
 
 
 # --- BEIR folder lists ---------------------------------------------------------------------------------------
@@ -114,7 +117,7 @@ def test_beir_sets_rejects_empty_and_clashing_folders(tmp_path):
 
 # --- qrels views: hybrid annotation --------------------------------------------------------------------------
 
-def test_views_score_one_run_against_gold_and_silver_labels(tiny_beir):
+def test_views_score_one_run_against_gold_and_silver_labels(tiny_beir, caplog):
     es = EvalSet("hybrid", str(tiny_beir), split="test", qrels_file="qrels-graded/test.s-3.qrel",
                  metrics=["recall@100", "mrr@10"], views={"gold": {"grades": [2]}, "silver": {"grades": [1]}})
     data = es.load()
@@ -127,6 +130,14 @@ def test_views_score_one_run_against_gold_and_silver_labels(tiny_beir):
     assert scored["hybrid.silver"][0]["recall@100"] == pytest.approx(1 / 4)
     assert scored["hybrid.silver"][0]["mrr@10"] == pytest.approx(1 / 2)  # silver hit at rank 2
     assert set(scored["hybrid.gold"][1]["mrr@10"]) == set(data.queries)
+
+    # a query judged gold only: the silver view neither scores it nor reports it as a dropped run query
+    gold_only = replace(data, qrels={**data.qrels, "q-heart-1": {"heart-0": 2}})
+    with caplog.at_level(logging.WARNING):
+        scored = es.score({**run, "q-heart-1": {"bone-0": 1.0}}, gold_only)
+    assert "without qrels" not in caplog.text
+    assert "q-heart-1" not in scored["hybrid.silver"][1]["recall@100"]
+    assert scored["hybrid.gold"][1]["recall@100"]["q-heart-1"] == 0.0
 
 
 def test_view_from_its_own_qrels_file_and_merged_qrels(tiny_beir, tmp_path):

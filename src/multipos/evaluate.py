@@ -32,7 +32,7 @@ def evaluate(cfg: DictConfig) -> dict:
     if cfg.get("run_file"):
         results = score_run_file(cfg.run_file, sets, out)
         if cfg.eval.get("average"):
-            add_average(results, cfg.eval.average)
+            add_average(results, cfg.eval.average, [es.name for es in sets])
     else:
         results = evaluate_sets(instantiate(cfg.model), sets, cfg, out, cache_dir())
     write_metrics(out / "metrics.json", results)

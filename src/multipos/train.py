@@ -68,7 +68,7 @@ def evaluate_sets(model, sets: list[EvalSet], cfg: DictConfig, out: Path | None,
             log.info("%s: %s", name, json.dumps({k: round(v, 4) for k, v in means.items()}))
         if out is not None:
             write_run(run, out / f"run.{es.name}.trec", tag=str(cfg.get("run_name", "multipos")))
-    return add_average(results, cfg.eval.average) if cfg.eval.get("average") else results
+    return add_average(results, cfg.eval.average, [es.name for es in sets]) if cfg.eval.get("average") else results
 
 
 def references(cfg: DictConfig, sets: list[EvalSet], zero_shot: bool = True, zero_shot_model: str | None = None) -> dict:
@@ -81,7 +81,7 @@ def references(cfg: DictConfig, sets: list[EvalSet], zero_shot: bool = True, zer
         for name, (means, _) in es.score(es.clean(bm25_run(data, cfg.eval.k)), data).items():
             refs["bm25"][name] = means
     if cfg.eval.get("average"):
-        add_average(refs["bm25"], cfg.eval.average)
+        add_average(refs["bm25"], cfg.eval.average, [es.name for es in sets])
     if zero_shot:
         extra = {"name_or_path": zero_shot_model} if zero_shot_model else {}
         refs["zero-shot"] = evaluate_sets(instantiate(cfg.model, **extra), sets, cfg, None, cache_dir())
