@@ -2,8 +2,9 @@
 
 Modules: ``losses`` (objectives), ``groups`` (group construction and masks), ``readers`` (file
 formats), ``sources`` (training data), ``data`` (LightningDataModule), ``model`` (dual encoder),
-``module`` (LightningModule), ``retrieval`` (encoding + FAISS), ``evaluation`` (ranx metrics),
-``train`` / ``evaluate`` (the jobs behind ``train.py`` / ``evaluate.py``).
+``module`` (LightningModule), ``retrieval`` (encoding + FAISS), ``evaluation`` (eval sets, ranx metrics),
+``qa`` (DPR answer-match accuracy), ``bm25`` (lexical baseline), ``report`` (tables, significance, plots),
+``assets`` (data and checkpoint locations), ``train`` / ``evaluate`` (the jobs behind ``train.py`` / ``evaluate.py``).
 """
 
 from pathlib import Path
