@@ -9,6 +9,12 @@ Averages: each metric is averaged over the queries that have at least one releva
 scores 0. trec_eval instead averages binary metrics over every judged query, counting queries
 without a passage at the threshold as 0 — the two agree whenever every judged query has one
 (checked against pytrec_eval in ``tests/test_metrics_independent.py``).
+
+Set kinds: :class:`EvalSet` (BEIR layout, qrels; optional qrels *views* such as gold-only / silver-only
+labels, and self-hit removal for ArguAna/Quora) and :class:`QAEvalSet` (DPR open-domain QA: Acc@k by
+answer-string match, :mod:`multipos.qa`). On qrels sets ``acc@k`` is top-k accuracy against the qrels
+(ranx ``hit_rate@k``, trec_eval ``success_k``). Both expose ``load()``, ``clean(run)`` and
+``score(run, data) -> {result name: (means, per-query values)}``.
 """
 
 from __future__ import annotations
