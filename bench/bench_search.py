@@ -18,13 +18,11 @@ Options: ``--n --dim --queries --k --shard-size --seed``.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
+from common import append_result, machine_info
 
 OUT = Path(__file__).resolve().parent / "results" / "search.jsonl"
 
@@ -59,7 +57,7 @@ def main() -> None:
 
     from multipos.retrieval import build_index, default_nlist, gpu_available, search, search_index
 
-    res = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": platform.machine(), "cpus": os.cpu_count(),
+    res = {**machine_info(),
            "faiss": faiss.__version__, "faiss_threads": faiss.omp_get_max_threads(), "numpy": np.__version__,
            "gpu": gpu_available(), "n": args.n, "dim": args.dim, "queries": args.queries, "k": args.k,
            "data": "clustered-1000-unit", "hnsw_m": 32, "ef_construction": 200, "ef_search": max(128, args.k),
@@ -89,10 +87,7 @@ def main() -> None:
     res["flat_sharded_identical"] = all(list(sharded[x]) == list(whole[x]) for x in qids)
     res["flat_sharded_max_abs_score_diff"] = max(abs(sharded[x].get(d, float("inf")) - s) for x in qids for d, s in whole[x].items())
 
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    with OUT.open("a") as f:
-        f.write(json.dumps(res) + "\n")
-    print(json.dumps(res, indent=2))
+    append_result(OUT, res)
 
 
 if __name__ == "__main__":

@@ -10,14 +10,13 @@ Measures, and appends to ``bench/results/speed.jsonl`` (one JSON line per run, w
 
 from __future__ import annotations
 
-import json
 import os
-import platform
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from common import append_result, machine_info
 
 OUT = Path(__file__).resolve().parent / "results" / "speed.jsonl"
 
@@ -38,7 +37,7 @@ def main() -> None:
     from multipos.model import DualEncoder
     from multipos.retrieval import encode
 
-    res = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": platform.machine(), "cpus": os.cpu_count(),
+    res = {**machine_info(),
            "torch": torch.__version__, "threads": torch.get_num_threads()}
     # as conf/model/minilm.yaml (attention dropout 0); the train step is also timed with the checkpoint's 0.1
     model = DualEncoder("all-MiniLM-L6-v2", pooling="mean", normalize=True, temperature=0.05, attention_dropout=0.0)
@@ -78,10 +77,7 @@ def main() -> None:
         step()  # warm-up
         res[f"train_step_s_B16_G8_{tag}"] = round(timed(step, repeat=2), 2)
 
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    with OUT.open("a") as f:
-        f.write(json.dumps(res) + "\n")
-    print(json.dumps(res, indent=2))
+    append_result(OUT, res)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@ from omegaconf import DictConfig
 
 from multipos.assets import cache_dir
 from multipos.evaluation import EvalSet, add_average, write_metrics
-from multipos.readers import read_run, write_run
-from multipos.train import evaluate_sets, format_table, output_dir, references
+from multipos.readers import read_run
+from multipos.train import evaluate_sets, format_table, output_dir, references, score_set
 
 log = logging.getLogger(__name__)
 
@@ -63,12 +63,7 @@ def score_run_file(path: str, sets: list[EvalSet], out=None) -> dict:
         if unknown:
             log.warning("%s: dropping %d passage ids not in the %s corpus, e.g. %s", path, len(unknown), es.name, unknown[:5])
         kept = es.clean({q: {d: s for d, s in docs.items() if d in data.corpus} for q, docs in run.items()})
-        for name, (means, per_query) in es.score(kept, data).items():
-            results[name] = means
-            if out is not None:
-                write_metrics(out / f"per_query.{name}.json", per_query)
-        if out is not None:
-            write_run(kept, out / f"run.{es.name}.trec", tag="scored")
+        results.update(score_set(es, kept, data, out, tag="scored"))
     return results
 
 

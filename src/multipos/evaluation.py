@@ -112,8 +112,10 @@ class EvalSet:
                 folder = resolve_dataset(self.path)
                 files = _plain(spec["qrels_file"])
                 files = [files] if isinstance(files, str) else files
-                qrels = read_qrels_files(folder, files, self.split)
-                qrels = {q: docs for q, docs in qrels.items() if q in data.queries}
+                key = ("view", str(folder.resolve()), tuple(files), self.split)
+                if key not in _LOADED:  # read once per process (validation scores every epoch)
+                    _LOADED[key] = read_qrels_files(folder, files, self.split)
+                qrels = {q: docs for q, docs in _LOADED[key].items() if q in data.queries}
                 check_qrels_ids(qrels, data.queries, data.corpus, ", ".join(str(folder / f) for f in files))
             if spec.get("grades") is not None:
                 keep = {int(g) for g in spec["grades"]}
@@ -138,12 +140,9 @@ class EvalSet:
 
 def _plain(value):
     """OmegaConf containers → plain Python (lists of qrels files arrive as ListConfig)."""
-    try:
-        from omegaconf import OmegaConf
+    from omegaconf import OmegaConf
 
-        return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
-    except ImportError:  # pragma: no cover
-        return value
+    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
 
 
 def _hashable(value):
@@ -151,7 +150,7 @@ def _hashable(value):
     return tuple(value) if isinstance(value, list) else value
 
 
-_LOADED: dict[tuple, BeirDataset] = {}
+_LOADED: dict[tuple, object] = {}  # loaded sets and view qrels, per process
 
 
 @dataclass

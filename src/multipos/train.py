@@ -19,7 +19,7 @@ from pathlib import Path
 import lightning as L
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from multipos.assets import cache_dir
 from multipos.callbacks import RetrievalValidation
@@ -46,28 +46,35 @@ def stages(cfg: DictConfig, datamodule, loss: ContrastiveLoss) -> list[tuple[str
 
 def retrieval_options(cfg: DictConfig) -> dict:
     """Keyword arguments of :func:`multipos.evaluation.dense_run` from ``cfg.eval`` (encoding and FAISS settings)."""
-    from omegaconf import OmegaConf
-
     faiss = OmegaConf.to_container(cfg.eval.faiss) if cfg.eval.get("faiss") else {}
     return dict(k=cfg.eval.k, batch_size=cfg.eval.batch_size, bf16=cfg.eval.bf16,
                 passage_max_length=cfg.eval.passage_max_length, index=cfg.eval.index, index_options=faiss)
 
 
+def score_set(es: EvalSet, run, data, out: Path | None, tag: str) -> dict:
+    """Score ``run`` on ``es`` → {result name: {metric: value}} (the set, plus ``<set>.<view>`` for qrels views).
+
+    With ``out``, writes ``per_query.<result>.json`` (for paired significance tests) and ``run.<set>.trec``.
+    """
+    results = {}
+    for name, (means, per_query) in es.score(run, data).items():
+        results[name] = means
+        if out is not None:
+            write_metrics(out / f"per_query.{name}.json", per_query)
+        log.info("%s: %s", name, json.dumps({k: round(v, 4) for k, v in means.items()}))
+    if out is not None:
+        write_run(run, out / f"run.{es.name}.trec", tag=tag)
+    return results
+
+
 def evaluate_sets(model, sets: list[EvalSet], cfg: DictConfig, out: Path | None, cache: Path | None) -> dict:
-    """Dense retrieval + metrics on each set → {result name: {metric: value}} (one name per set, plus
-    ``<set>.<view>`` for sets with qrels views). Writes ``run.<set>.trec`` and ``per_query.<result>.json``
-    into ``out`` if given."""
+    """Dense retrieval + metrics on each set (:func:`score_set`) → {result name: {metric: value}}, plus the
+    ``cfg.eval.average`` row when set. Writes runs and per-query values into ``out`` if given."""
     results = {}
     for es in sets:
         data = es.load()
         run = es.clean(dense_run(model, data, cache=cache, **retrieval_options(cfg)))
-        for name, (means, per_query) in es.score(run, data).items():
-            results[name] = means
-            if out is not None:
-                write_metrics(out / f"per_query.{name}.json", per_query)  # for paired significance tests
-            log.info("%s: %s", name, json.dumps({k: round(v, 4) for k, v in means.items()}))
-        if out is not None:
-            write_run(run, out / f"run.{es.name}.trec", tag=str(cfg.get("run_name", "multipos")))
+        results.update(score_set(es, run, data, out, tag=str(cfg.get("run_name", "multipos"))))
     return add_average(results, cfg.eval.average, [es.name for es in sets]) if cfg.eval.get("average") else results
 
 
@@ -88,9 +95,9 @@ def references(cfg: DictConfig, sets: list[EvalSet], zero_shot: bool = True, zer
     return refs
 
 
-def format_table(results: dict, refs: dict, metric_sets: list[EvalSet] | None = None) -> str:
+def format_table(results: dict, refs: dict) -> str:
     """Plain-text table: one row per system (BM25, zero-shot, this run), one column per result/metric
-    in ``results`` order (``metric_sets`` is accepted for compatibility and ignored)."""
+    in ``results`` order."""
     cols = [(s, m) for s, ms in results.items() for m in ms]
     head = "system".ljust(12) + "".join(f"{s}:{m}".rjust(max(14, len(s) + len(m) + 2)) for s, m in cols)
     lines = [head]
@@ -163,7 +170,7 @@ def train(cfg: DictConfig) -> dict:
 
     results = evaluate_sets(model, ([val_set] if val_set else []) + test_sets, cfg, out, cache_dir())
     write_metrics(out / "metrics.json", results)
-    table = format_table(results, refs, ([val_set] if val_set else []) + test_sets)
+    table = format_table(results, refs)
     (out / "results.txt").write_text(table + "\n")
     print("\n" + table + "\n")
     print(f"run directory: {out}")
