@@ -1,4 +1,5 @@
-"""Hydra entry point of the main job: python train.py loss=<objective> data=<regime> model=<encoder>."""
+"""Hydra entry point of the main job: python train.py loss=<objective> data=<regime> model=<encoder>
+or python train.py -m experiment=<study>. Returns ``optimized_metric`` (e.g. dev nDCG@10) to sweepers."""
 
 import hydra
 
@@ -7,10 +8,10 @@ from omegaconf import DictConfig
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
-def main(cfg: DictConfig) -> None:
-    from multipos.train import train
+def main(cfg: DictConfig) -> float | None:
+    from multipos.train import optimized_value, train
 
-    train(cfg)
+    return optimized_value(train(cfg), cfg.get("optimized_metric"))
 
 
 if __name__ == "__main__":

@@ -14,11 +14,12 @@ from tests.helpers import compose_cfg, tiny_overrides
 METRICS = {"ndcg@10", "mrr@10", "recall@100", "recall@1000"}
 
 
-@pytest.mark.parametrize("loss,data", [("lsepair", "nfcorpus_hetero"), ("rand1lh", "nfcorpus_homo"),
-                                       ("jointlh", "nfcorpus_curriculum")])
-def test_train_writes_metrics_runs_and_hf_model(tiny_beir, tiny_bert, tmp_path, loss, data):
+@pytest.mark.parametrize("loss,data,stages", [("lsepair", "nfcorpus_hetero", "single"), ("rand1lh", "nfcorpus_homo", "single"),
+                                              ("jointlh", "nfcorpus_homo", "curriculum")])
+def test_train_writes_metrics_runs_and_hf_model(tiny_beir, tiny_bert, tmp_path, loss, data, stages):
     out = tmp_path / "run"
-    cfg = compose_cfg("train", [f"loss={loss}", f"data={data}", *tiny_overrides(tiny_beir, tiny_bert, out)])
+    cfg = compose_cfg("train", [f"loss={loss}", f"data={data}", f"stages={stages}",
+                                *tiny_overrides(tiny_beir, tiny_bert, out)])
     results = train(cfg)
 
     metrics = json.loads((out / "metrics.json").read_text())
@@ -33,12 +34,17 @@ def test_train_writes_metrics_runs_and_hf_model(tiny_beir, tiny_bert, tmp_path, 
     AutoModel.from_pretrained(out / "model")  # HF format
     # the CSV logger recorded the training loss per step (one log per stage for the curriculum)
     logs = sorted((out / "csv").rglob("metrics.csv"))
-    assert len(logs) == (2 if data == "nfcorpus_curriculum" else 1)
+    assert len(logs) == (2 if stages == "curriculum" else 1)
     for log_file in logs:
         text = log_file.read_text()
         assert "train/loss" in text and "val/ndcg@10" in text
-    if data == "nfcorpus_curriculum":
-        assert (out / "checkpoints" / "stage2").is_dir()
+    info = json.loads((out / "run_info.json").read_text())
+    assert info["status"] == "complete" and info["wall_s"] > 0
+    assert [r["objective"] for r in info["stage_records"]] == ([loss, "singlelh"] if stages == "curriculum" else [loss])
+    assert all(r["training_queries"] > 0 and r["positive_labels"] >= r["training_queries"] for r in info["stage_records"])
+    if stages == "curriculum":
+        assert (out / "checkpoints" / "stage2" / "kept.json").is_file()
+        assert [r["regime"] for r in info["stage_records"]] == ["homogeneous", "gold"]
 
 
 def test_invalid_group_size_fails_before_writing(tiny_beir, tiny_bert, tmp_path):

@@ -3,7 +3,8 @@
 Modules: ``losses`` (objectives), ``groups`` (group construction and masks), ``readers`` (file
 formats), ``sources`` (training data), ``data`` (LightningDataModule), ``model`` (dual encoder),
 ``module`` (LightningModule), ``retrieval`` (encoding + FAISS), ``evaluation`` (eval sets, ranx metrics),
-``qa`` (DPR answer-match accuracy), ``bm25`` (lexical baseline), ``report`` (tables, significance, plots),
+``stages`` (training-stage plans), ``eval_runner`` (evaluation shared by both jobs),
+``atomic`` (atomic writes), ``qa`` (DPR answer-match accuracy), ``bm25`` (lexical baseline), ``report`` (tables, significance, plots),
 ``assets`` (data and checkpoint locations), ``train`` / ``evaluate`` (the jobs behind ``train.py`` / ``evaluate.py``).
 """
 
@@ -34,8 +35,27 @@ def _beir_sets(paths, split="test", metrics=("ndcg@10",)):
     return beir_sets(paths, split, metrics)
 
 
+def sweep_dir(experiment: str, size: str, stamp: str) -> str:
+    """Hydra sweep folder: ``multirun/<experiment>-<scale>`` for a study (fixed, so re-running it resumes),
+    ``multirun/<timestamp>`` for an ad-hoc ``-m`` sweep."""
+    if experiment in ("adhoc", "", None):
+        return f"multirun/{stamp}"
+    return f"multirun/{experiment}" + (f"-{size}" if size not in ("none", "", None) else "")
+
+
+def optuna_storage(sweep_dir: str) -> str:
+    """SQLite URL of an Optuna study kept inside the sweep folder (created here: SQLite needs the folder)."""
+    folder = Path(sweep_dir).expanduser().resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{folder / 'optuna.db'}"
+
+
 # ${basename:<path>} → last path component (run names of evaluate.py); ${auto_precision:} → see above;
+# ${auto_bf16:} → bf16 encoding where native; ${sweep_dir:...} → see sweep_dir;
 # ${beir_sets:<paths>,<split>,<metrics>} → one eval-set config per BEIR folder (conf/eval/beir.yaml).
 OmegaConf.register_new_resolver("basename", lambda path: str(path).rstrip("/").split("/")[-1], replace=True)
 OmegaConf.register_new_resolver("auto_precision", auto_precision, replace=True)
+OmegaConf.register_new_resolver("auto_bf16", lambda: auto_precision() == "bf16-mixed", replace=True)
+OmegaConf.register_new_resolver("sweep_dir", sweep_dir, replace=True)
+OmegaConf.register_new_resolver("optuna_storage", optuna_storage, replace=True)
 OmegaConf.register_new_resolver("beir_sets", _beir_sets, replace=True)

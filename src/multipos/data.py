@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from multipos.groups import REGIMES, Group, GroupBuilder, TrainQuery, group_masks
 
@@ -34,22 +34,106 @@ class Batch:
 
 
 class GroupDataset(Dataset):
-    """Map-style dataset of training groups; ``set_epoch`` re-draws random choices (Rand1LH, random-M)."""
+    """Map-style dataset of training groups, indexed by ``(i, epoch)`` pairs from :class:`EpochSampler`.
+
+    The epoch travels with the index, so random choices (Rand1LH draws, random-M, sampled hard negatives)
+    are re-drawn every epoch whatever the trainer's dataloader-reload setting, in worker processes too.
+    """
 
     def __init__(self, queries: list[TrainQuery], regime: str, builder: GroupBuilder, fallback_ids: list[str]):
         self.items = [(q, q.positives(regime)) for q in queries]
         self.items = [(q, pos) for q, pos in self.items if pos]
-        self.builder, self.fallback_ids, self.epoch = builder, fallback_ids, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+        self.builder, self.fallback_ids = builder, fallback_ids
 
     def __len__(self) -> int:
         return len(self.items)
 
-    def __getitem__(self, i: int) -> Group:
+    def __getitem__(self, key: tuple[int, int]) -> Group:
+        i, epoch = key
         q, pos = self.items[i]
-        return self.builder.build(q, pos, self.epoch, self.fallback_ids)
+        return self.builder.build(q, pos, epoch, self.fallback_ids)
+
+
+class EpochSampler(Sampler):
+    """Shuffles ``n`` items with a generator seeded by ``seed + epoch`` and yields ``(index, epoch)`` pairs.
+
+    Lightning calls :meth:`set_epoch` at the start of every epoch (as for ``DistributedSampler``), so the
+    order and the per-epoch draws depend only on (seed, epoch) — also after a resume.
+    """
+
+    def __init__(self, n: int, seed: int, shuffle: bool = True):
+        self.n, self.seed, self.shuffle, self.epoch, self.skip = n, seed, shuffle, 0, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        if self.shuffle:
+            order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + self.epoch)).tolist()
+        else:
+            order = range(self.n)
+        skip, self.skip = self.skip, 0  # a resumed epoch starts after the items already trained on, once
+        return iter([(i, self.epoch) for i in list(order)[skip:]])
+
+
+class ResumableLoader(DataLoader):
+    """A ``DataLoader`` over an :class:`EpochSampler` that Lightning can checkpoint mid-epoch.
+
+    ``state_dict`` records the epoch and the batches already trained on (``progress()``, the trainer's
+    processed-batch count); after ``load_state_dict`` the next epoch iteration skips those batches, so a run
+    resumed from a mid-epoch checkpoint sees exactly the batches an uninterrupted run would have seen.
+    """
+
+    def __init__(self, *args, progress=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._progress = progress
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.sampler.epoch, "batches": int(self._progress()) if self._progress else 0}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampler.skip = int(state.get("batches", 0)) * int(self.batch_size)
+
+
+def apply_budget(queries: list[TrainQuery], regime: str, positives_per_query: int, query_fraction: float,
+                 seed: int = 0, pool_min_positives: int | None = None) -> list[TrainQuery]:
+    """Annotation-budget allocation (paper Sec. 5, Table 7): a fixed number of positive labels spent as
+    ``positives_per_query`` (m) labels on a ``query_fraction`` (f) of the queries.
+
+    The pool is every query with at least ``pool_min_positives`` positives under ``regime`` (default m; a
+    study comparing several m uses the largest m for all of its cells, so they draw from one pool and
+    m · f · |pool| is the same label total up to rounding). round(f · |pool|) queries are drawn with
+    ``random.Random(seed)`` (the same subset for the same seed), and each keeps its first m positives of
+    the regime (annotation order). Returns new :class:`TrainQuery` objects restricted that way; judged
+    passages are unchanged (a dropped label is still never used as a negative).
+
+    Raises:
+        ValueError: m < 1, f outside (0, 1], pool_min_positives < m, or an empty pool.
+    """
+    import random
+
+    if positives_per_query < 1:
+        raise ValueError(f"data.budget.positives_per_query must be >= 1, got {positives_per_query}")
+    if not 0.0 < query_fraction <= 1.0:
+        raise ValueError(f"data.budget.query_fraction must be in (0, 1], got {query_fraction}")
+    need = positives_per_query if pool_min_positives is None else int(pool_min_positives)
+    if need < positives_per_query:
+        raise ValueError(f"data.budget.pool_min_positives ({need}) must be >= positives_per_query ({positives_per_query})")
+    pool = [q for q in queries if len(q.positives(regime)) >= need]
+    if not pool:
+        raise ValueError(f"data.budget: no training query has >= {need} positives under regime {regime!r}")
+    n = max(1, round(query_fraction * len(pool)))
+    chosen = random.Random(seed).sample(pool, n)
+    chosen.sort(key=lambda q: q.query_id)
+    out = []
+    for q in chosen:
+        keep = set(q.positives(regime)[:positives_per_query])
+        out.append(TrainQuery(q.query_id, q.query, [p for p in q.gold if p in keep], [p for p in q.silver if p in keep],
+                              list(q.negatives), set(q.judged)))
+    return out
 
 
 class MultiPosDataModule(L.LightningDataModule):
@@ -59,33 +143,44 @@ class MultiPosDataModule(L.LightningDataModule):
         source: object with ``load() -> (Corpus, list[TrainQuery])`` (see :mod:`multipos.sources`).
         name: label used in run names.
         tokenizer: HF checkpoint name/path whose tokenizer is used (normally ``${model.name_or_path}``).
-        regime: ``homogeneous`` | ``heterogeneous`` | ``gold`` | ``all`` | ``curriculum`` (the last
-            is run by :mod:`multipos.train` as a homogeneous stage then a gold SingleLH stage).
+        regime: default positive regime (``homogeneous`` | ``heterogeneous`` | ``gold`` | ``all``), used by
+            stages that take it from the data config (``stages=single``); each stage sets its own with
+            :meth:`set_stage`.
         group_size: G; max_positives: M; positive_selection: ``first`` | ``random``;
         negative_selection: ``first`` | ``random`` (hard negatives per epoch).
         batch_size: queries per batch (B); query_max_length, passage_max_length: tokens.
-        curriculum: {silver_epochs, gold_epochs} for ``regime=curriculum``.
+        budget: annotation-budget allocation ``{positives_per_query, query_fraction, seed, pool_min_positives}``
+            (:func:`apply_budget`), or None for every query with all its positives.
         seed: seed for group construction and shuffling; num_workers: DataLoader workers.
 
     Raises:
-        ValueError: unknown regime, impossible G/M, or no training query left under the regime.
+        ValueError: unknown regime, impossible G/M, a bad budget, or no training query left under the regime.
     """
 
     def __init__(self, source, tokenizer: str, name: str = "", regime: str = "heterogeneous", group_size: int = 8,
                  max_positives: int = 4, positive_selection: str = "first", negative_selection: str = "random",
                  batch_size: int = 16, query_max_length: int = 32, passage_max_length: int = 128,
-                 curriculum: dict | None = None, seed: int = 0, num_workers: int = 0):
+                 budget: dict | None = None, seed: int = 0, num_workers: int = 0):
         super().__init__()
-        if regime not in (*REGIMES, "curriculum"):
-            raise ValueError(f"unknown data.regime {regime!r}; allowed: {', '.join((*REGIMES, 'curriculum'))}")
+        if regime not in REGIMES:
+            hint = " (the curriculum is a stage plan now: stages=curriculum)" if regime == "curriculum" else ""
+            raise ValueError(f"unknown data.regime {regime!r}; allowed: {', '.join(REGIMES)}{hint}")
         if batch_size < 1:
             raise ValueError(f"data.batch_size must be >= 1, got {batch_size}")
         self.source, self.tokenizer_name, self.regime, self.name = source, tokenizer, regime, name
-        self.stage_regime = "homogeneous" if regime == "curriculum" else regime
-        self.curriculum = dict(curriculum or {"silver_epochs": 1, "gold_epochs": 1})
+        self.stage_regime = regime
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
         self.query_max_length, self.passage_max_length = query_max_length, passage_max_length
         self.single_positive: str | None = None
+        self.budget = dict(budget) if budget else None
+        if self.budget:
+            unknown = set(self.budget) - {"positives_per_query", "query_fraction", "seed", "pool_min_positives"}
+            if unknown:
+                raise ValueError(f"data.budget: unknown keys {sorted(unknown)} "
+                                 "(allowed: positives_per_query, query_fraction, seed, pool_min_positives)")
+            f = float(self.budget.get("query_fraction", 1.0))
+            if not 0.0 < f <= 1.0:
+                raise ValueError(f"data.budget.query_fraction must be in (0, 1], got {f}")
         self.builder_args = dict(group_size=group_size, max_positives=max_positives,
                                  positive_selection=positive_selection, negative_selection=negative_selection)
         GroupBuilder(**self.builder_args)  # validate G/M and selection names now, not at the first batch
@@ -93,9 +188,12 @@ class MultiPosDataModule(L.LightningDataModule):
         self.queries: list[TrainQuery] = []
         self._tokenizer = None
         self.dataset: GroupDataset | None = None
+        self.stats: dict = {}
 
     def set_stage(self, regime: str, single_positive: str | None) -> None:
-        """Select the positive regime and the single-positive rule (from the objective) for the next fit."""
+        """Select the positive regime and the single-positive rule of the next stage (from its stage config)."""
+        if regime not in REGIMES:
+            raise ValueError(f"unknown regime {regime!r}; allowed: {', '.join(REGIMES)}")
         self.stage_regime, self.single_positive = regime, single_positive
         self.dataset = None
 
@@ -109,16 +207,35 @@ class MultiPosDataModule(L.LightningDataModule):
             self._tokenizer = AutoTokenizer.from_pretrained(resolve_model(self.tokenizer_name))
         return self._tokenizer
 
-    def setup(self, stage: str | None = None) -> None:
+    def training_queries(self, regime: str | None = None) -> list[TrainQuery]:
+        """The training queries of ``regime`` (default: the current stage's) after the budget, if any."""
+        regime = regime or self.stage_regime
         if self.corpus is None:
             self.corpus, self.queries = self.source.load()
+        if not self.budget:
+            return self.queries
+        b = self.budget
+        return apply_budget(self.queries, regime, int(b.get("positives_per_query", 1)),
+                            float(b.get("query_fraction", 1.0)), int(b.get("seed", 0)), b.get("pool_min_positives"))
+
+    def steps_per_epoch(self, regime: str | None = None) -> int:
+        """Optimizer steps in one epoch of ``regime`` (batches, last partial batch dropped when full ones exist)."""
+        n = sum(1 for q in self.training_queries(regime) if q.positives(regime or self.stage_regime))
+        return n // self.batch_size if n >= self.batch_size else int(n > 0)
+
+    def setup(self, stage: str | None = None) -> None:
         if self.dataset is None:
+            queries = self.training_queries()
             builder = GroupBuilder(**self.builder_args, single_positive=self.single_positive,
                                    pin_first=self.stage_regime == "heterogeneous", seed=self.seed)
-            self.dataset = GroupDataset(self.queries, self.stage_regime, builder, self.corpus.ids)
+            self.dataset = GroupDataset(queries, self.stage_regime, builder, self.corpus.ids)
             if len(self.dataset) == 0:
                 raise ValueError(f"no training query has a positive under data.regime={self.stage_regime!r}")
-            log.info("regime %s: %d of %d training queries", self.stage_regime, len(self.dataset), len(self.queries))
+            labels = sum(len(pos) for _, pos in self.dataset.items)
+            self.stats = {"regime": self.stage_regime, "training_queries": len(self.dataset),
+                          "positive_labels": labels, "all_queries": len(self.queries), "budget": self.budget}
+            log.info("regime %s: %d of %d training queries, %d positive labels%s", self.stage_regime,
+                     len(self.dataset), len(self.queries), labels, f" (budget {self.budget})" if self.budget else "")
 
     def collate(self, groups: list[Group]) -> Batch:
         """Tokenise a list of groups and build the [B, B·G] masks."""
@@ -133,8 +250,11 @@ class MultiPosDataModule(L.LightningDataModule):
         return batch.to(device) if isinstance(batch, Batch) else super().transfer_batch_to_device(batch, device, dataloader_idx)
 
     def train_dataloader(self) -> DataLoader:
-        epoch = self.trainer.current_epoch if self.trainer is not None else 0
-        self.dataset.set_epoch(epoch)
-        generator = torch.Generator().manual_seed(self.seed + epoch)
-        return DataLoader(self.dataset, batch_size=self.batch_size, shuffle=True, drop_last=len(self.dataset) >= self.batch_size,
-                          collate_fn=self.collate, num_workers=self.num_workers, generator=generator)
+        sampler = EpochSampler(len(self.dataset), self.seed)
+        if self.trainer is not None:
+            sampler.set_epoch(self.trainer.current_epoch)
+        trainer = self.trainer
+        progress = (lambda: trainer.fit_loop.epoch_loop.batch_progress.current.processed) if trainer is not None else None
+        return ResumableLoader(self.dataset, batch_size=self.batch_size, sampler=sampler,
+                               drop_last=len(self.dataset) >= self.batch_size, collate_fn=self.collate,
+                               num_workers=self.num_workers, progress=progress)

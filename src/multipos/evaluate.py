@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from multipos.assets import cache_dir
-from multipos.evaluation import EvalSet, add_average, write_metrics
+from multipos.evaluation import EvalSet, add_average
 from multipos.readers import read_run
-from multipos.train import evaluate_sets, format_table, output_dir, references, score_set
+from multipos.eval_runner import evaluate_sets, references, score_set, write_results
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +25,7 @@ def evaluate(cfg: DictConfig) -> dict:
     un-fine-tuned encoder (the floor rows of report tables). Returns {result name: {metric: value}}.
     Raises ValueError when no set is selected.
     """
-    out = output_dir(cfg)
+    out = Path(cfg.paths.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     sets: list[EvalSet] = [instantiate(s) for s in cfg.eval.test_sets.values()]
     if not sets:
@@ -35,14 +36,11 @@ def evaluate(cfg: DictConfig) -> dict:
             add_average(results, cfg.eval.average, [es.name for es in sets])
     else:
         results = evaluate_sets(instantiate(cfg.model), sets, cfg, out, cache_dir())
-    write_metrics(out / "metrics.json", results)
     refs = {}
     if cfg.eval.references:
         zs = cfg.get("zero_shot_model")
         refs = references(cfg, sets, zero_shot=bool(zs) and not cfg.get("run_file"), zero_shot_model=zs)
-        write_metrics(out / "references.json", refs)
-    table = format_table(results, refs)
-    (out / "results.txt").write_text(table + "\n")
+    table = write_results(out, results, refs)
     print("\n" + table + "\n")
     print(f"run directory: {out}")
     return results

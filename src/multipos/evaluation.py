@@ -297,17 +297,6 @@ def evaluate_run(qrels: Qrels, run: Run, metrics=DEFAULT_METRICS, relevance_thre
     return (ordered, per_q) if per_query else ordered
 
 
-def write_metrics(path: Path, metrics: dict) -> None:
-    """Write ``metrics.json`` atomically (a crash never leaves a half-written file)."""
-    import json
-    import os
-
-    path = Path(path)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(metrics, indent=2, sort_keys=False))
-    os.replace(tmp, path)
-
-
 def dense_run(model, data: BeirDataset, k: int = 1000, batch_size: int = 64, bf16: bool = True,
               passage_max_length: int | None = None, cache: Path | None = None, index: str = "flat",
               index_options: dict | None = None, progress: bool = True) -> Run:

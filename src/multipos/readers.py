@@ -199,14 +199,13 @@ def read_run(path: str | os.PathLike) -> Run:
 
 def write_run(run: Run, path: str | os.PathLike, tag: str = "multipos") -> None:
     """Write ``run`` as a TREC run file, passages sorted by descending score. Writes atomically."""
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
+    from multipos import atomic
+
+    with atomic.writer(path) as f:
         for qid, docs in run.items():
             ranked = sorted(docs.items(), key=lambda kv: -kv[1])
             for rank, (pid, score) in enumerate(ranked, 1):
                 f.write(f"{qid} Q0 {pid} {rank} {score:.6f} {tag}\n")
-    os.replace(tmp, path)
 
 
 @dataclass

@@ -1,33 +1,49 @@
-"""The main job: train a dual encoder with a multi-positive objective, then evaluate it.
+"""The main job: train a dual encoder through its stages (:mod:`multipos.stages`), then evaluate it.
 
-``python train.py loss=<objective> data=<regime config> model=<encoder>`` (Hydra entry point at the
-repository root) calls :func:`train`. Outputs in the Hydra run directory:
+``python train.py loss=<objective> data=<regime config> model=<encoder>`` or ``python train.py -m
+experiment=<study>`` (Hydra entry point at the repository root) calls :func:`train`. Outputs in the run
+directory (files listed in :mod:`multipos.eval_runner`), plus:
 
-* ``model/`` — final weights in HF format (best dev checkpoint), loadable by ``transformers``;
-* ``metrics.json`` — ``{"<eval set>": {"ndcg@10": …, "mrr@10": …, "recall@100": …, "recall@1000": …}}``;
-* ``references.json`` — the same metrics for BM25 and the zero-shot starting encoder;
-* ``run.<eval set>.trec`` — TREC run files (top-1000); ``per_query.<eval set>.json`` — {metric: {qid: value}};
-* ``checkpoints/``, ``csv/`` (Lightning logs), ``results.txt`` (the printed comparison table).
+* ``model/`` — the kept weights in HF and sentence-transformers format;
+* ``checkpoints/stage<i>/`` — Lightning checkpoints per stage (``last.ckpt`` every
+  ``callbacks.model_checkpoint.every_n_train_steps`` steps and each epoch, the best dev one) and
+  ``kept.json`` once the stage is finished;
+* ``run_info.json`` — status (``running`` | ``complete``), config hash, stages, training queries and positive
+  labels per stage, wall time (summed over resumes), device;
+* ``csv/`` — Lightning logs (one version per stage in multi-stage runs).
+
+Re-running the identical command into the same run directory (``hydra.run.dir``, or a study's fixed sweep
+folder) resumes: a finished run is skipped, finished stages are not re-trained, and an interrupted stage
+continues from its last checkpoint — optimizer, schedule, RNG and data order included.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import platform
+import random
+import shutil
+import time
 from pathlib import Path
 
 import lightning as L
+import numpy as np
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from multipos import atomic
 from multipos.assets import cache_dir
-from multipos.callbacks import RetrievalValidation
-from multipos.evaluation import EvalSet, add_average, bm25_run, dense_run, write_metrics
+from multipos.eval_runner import eval_sets, evaluate_sets, references, retrieval_options, write_results
 from multipos.losses import ContrastiveLoss
-from multipos.readers import write_run
+from multipos.stages import Stage, plan, schedule_spans
 
 log = logging.getLogger(__name__)
+
+#: Config keys that do not change what a run computes (left out of its config hash).
+VOLATILE_KEYS = ("paths", "resume", "hydra", "report", "experiment_name", "size")
 
 
 def output_dir(cfg: DictConfig) -> Path:
@@ -35,81 +51,62 @@ def output_dir(cfg: DictConfig) -> Path:
     return Path(cfg.paths.output_dir)
 
 
-def stages(cfg: DictConfig, datamodule, loss: ContrastiveLoss) -> list[tuple[str, ContrastiveLoss, int]]:
-    """(regime, objective, epochs) per training stage: one stage, or two for the curriculum regime
-    (stage 1: silver positives with the chosen objective; stage 2: gold positives with SingleLH)."""
-    if datamodule.regime == "curriculum":
-        c = datamodule.curriculum
-        return [("homogeneous", loss, int(c["silver_epochs"])), ("gold", ContrastiveLoss("singlelh"), int(c["gold_epochs"]))]
-    return [(datamodule.regime, loss, int(cfg.trainer.max_epochs))]
+def config_hash(cfg: DictConfig) -> str:
+    """Hash of the resolved configuration without :data:`VOLATILE_KEYS` (identifies what a run computes)."""
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    for key in VOLATILE_KEYS:
+        plain.pop(key, None)
+    plain.get("trainer", {}).pop("enable_progress_bar", None)
+    return hashlib.sha1(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def retrieval_options(cfg: DictConfig) -> dict:
-    """Keyword arguments of :func:`multipos.evaluation.dense_run` from ``cfg.eval`` (encoding and FAISS settings)."""
-    faiss = OmegaConf.to_container(cfg.eval.faiss) if cfg.eval.get("faiss") else {}
-    return dict(k=cfg.eval.k, batch_size=cfg.eval.batch_size, bf16=cfg.eval.bf16,
-                passage_max_length=cfg.eval.passage_max_length, index=cfg.eval.index, index_options=faiss)
+def device_description() -> str:
+    """The accelerator the run trains on, in words (GPU name, else CPU model and cores)."""
+    if torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name(0)} x{torch.cuda.device_count()}"
+    import os
+
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"CPU {model}, {os.cpu_count()} cores"
 
 
-def score_set(es: EvalSet, run, data, out: Path | None, tag: str) -> dict:
-    """Score ``run`` on ``es`` → {result name: {metric: value}} (the set, plus ``<set>.<view>`` for qrels views).
+def build_callbacks(cfg: DictConfig, stage_dir: Path, val_set) -> tuple[list, object | None]:
+    """The stage's callbacks from ``cfg.callbacks`` → (callbacks, the best-checkpoint callback or None).
 
-    With ``out``, writes ``per_query.<result>.json`` (for paired significance tests) and ``run.<set>.trec``.
+    ``retrieval_validation`` (dev retrieval each epoch, when a validation set is configured) and
+    ``model_checkpoint`` (best dev checkpoint) come from the config; a second ModelCheckpoint keeps
+    ``last.ckpt`` every ``every_n_train_steps`` steps and at each epoch end, for resuming.
     """
-    results = {}
-    for name, (means, per_query) in es.score(run, data).items():
-        results[name] = means
-        if out is not None:
-            write_metrics(out / f"per_query.{name}.json", per_query)
-        log.info("%s: %s", name, json.dumps({k: round(v, 4) for k, v in means.items()}))
-    if out is not None:
-        write_run(run, out / f"run.{es.name}.trec", tag=tag)
-    return results
+    cbs = cfg.get("callbacks") or {}
+    callbacks, best = [], None
+    if val_set is not None and cbs.get("retrieval_validation"):
+        opts = {**retrieval_options(cfg), "k": 100}
+        callbacks.append(instantiate(cbs.retrieval_validation)(eval_set=val_set, cache=cache_dir(), **opts))
+    if cbs.get("model_checkpoint"):
+        spec = OmegaConf.to_container(cbs.model_checkpoint)
+        every = spec.pop("every_n_train_steps", None)
+        for key in ("_target_", "_partial_", "save_last"):
+            spec.pop(key, None)
+        monitor = f"val/{cbs.retrieval_validation.metric}" if callbacks else None
+        from lightning.pytorch.callbacks import ModelCheckpoint
 
-
-def evaluate_sets(model, sets: list[EvalSet], cfg: DictConfig, out: Path | None, cache: Path | None) -> dict:
-    """Dense retrieval + metrics on each set (:func:`score_set`) → {result name: {metric: value}}, plus the
-    ``cfg.eval.average`` row when set. Writes runs and per-query values into ``out`` if given."""
-    results = {}
-    for es in sets:
-        data = es.load()
-        run = es.clean(dense_run(model, data, cache=cache, **retrieval_options(cfg)))
-        results.update(score_set(es, run, data, out, tag=str(cfg.get("run_name", "multipos"))))
-    return add_average(results, cfg.eval.average, [es.name for es in sets]) if cfg.eval.get("average") else results
-
-
-def references(cfg: DictConfig, sets: list[EvalSet], zero_shot: bool = True, zero_shot_model: str | None = None) -> dict:
-    """Floor rows on ``sets``: ``bm25`` and, with ``zero_shot``, ``zero-shot`` = ``cfg.model`` as configured
-    (``zero_shot_model`` replaces its ``name_or_path``, e.g. the starting checkpoint of a fine-tuned model).
-    Embeddings are cached across runs. Returns {row: {result name: {metric: value}}}."""
-    refs = {"bm25": {}}
-    for es in sets:
-        data = es.load()
-        for name, (means, _) in es.score(es.clean(bm25_run(data, cfg.eval.k)), data).items():
-            refs["bm25"][name] = means
-    if cfg.eval.get("average"):
-        add_average(refs["bm25"], cfg.eval.average, [es.name for es in sets])
-    if zero_shot:
-        extra = {"name_or_path": zero_shot_model} if zero_shot_model else {}
-        refs["zero-shot"] = evaluate_sets(instantiate(cfg.model, **extra), sets, cfg, None, cache_dir())
-    return refs
-
-
-def format_table(results: dict, refs: dict) -> str:
-    """Plain-text table: one row per system (BM25, zero-shot, this run), one column per result/metric
-    in ``results`` order."""
-    cols = [(s, m) for s, ms in results.items() for m in ms]
-    head = "system".ljust(12) + "".join(f"{s}:{m}".rjust(max(14, len(s) + len(m) + 2)) for s, m in cols)
-    lines = [head]
-    rows = [*((name, r) for name, r in refs.items()), ("this run", results)]
-    for name, res in rows:
-        cells = "".join(f"{res.get(s, {}).get(m, float('nan')):.4f}".rjust(max(14, len(s) + len(m) + 2)) for s, m in cols)
-        lines.append(name.ljust(12) + cells)
-    return "\n".join(lines)
+        if monitor:
+            best = ModelCheckpoint(dirpath=str(stage_dir), monitor=monitor, save_last=False, **spec)
+            callbacks.append(best)
+        callbacks.append(ModelCheckpoint(dirpath=str(stage_dir), save_top_k=0, save_last=True, every_n_train_steps=every,
+                                         save_on_train_epoch_end=True))
+    return callbacks, best
 
 
 def build_trainer(cfg: DictConfig, out: Path, max_epochs: int, callbacks: list, stage: str | None = None) -> L.Trainer:
-    """Instantiate ``cfg.trainer`` for one stage with the logger, checkpointing and validation callbacks.
+    """Instantiate ``cfg.trainer`` for one stage with the logger and the stage's callbacks.
 
     ``stage`` (multi-stage runs) becomes the logger's ``version`` so stages log side by side
     (``csv/stage1/metrics.csv``, ``csv/stage2/…``) instead of overwriting each other.
@@ -121,64 +118,166 @@ def build_trainer(cfg: DictConfig, out: Path, max_epochs: int, callbacks: list, 
     return instantiate(cfg.trainer, default_root_dir=str(out), logger=logger, callbacks=callbacks, max_epochs=max_epochs)
 
 
+def load_checkpoint(path: str | Path) -> dict:
+    """A Lightning checkpoint, loaded with ``weights_only=True`` (no code runs from the file)."""
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _read_info(out: Path) -> dict:
+    path = out / "run_info.json"
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        log.warning("%s is not valid JSON (interrupted write?): ignored", path)
+        return {}
+
+
+def prepare_run_dir(cfg: DictConfig, out: Path) -> tuple[dict, bool]:
+    """Check the run directory against this configuration → (previous run_info, finished).
+
+    Raises ValueError when the folder holds a run of another configuration and ``resume`` is on (nothing is
+    overwritten). With ``resume=false`` earlier checkpoints and run info are removed first.
+    """
+    info = _read_info(out)
+    digest = config_hash(cfg)
+    if not cfg.get("resume", True):
+        shutil.rmtree(out / "checkpoints", ignore_errors=True)
+        return {}, False
+    if info and info.get("config_hash") != digest:
+        raise ValueError(f"{out} holds a run of another configuration (config hash {info.get('config_hash')} != "
+                         f"{digest}); use another hydra.run.dir, or resume=false to train it again from scratch")
+    finished = info.get("status") == "complete" and (out / "metrics.json").is_file()
+    return info, finished
+
+
+class _RNGState(L.Callback):
+    """Saves and restores the Python, NumPy and torch RNG states in checkpoints (dropout after a resume).
+
+    Stored as tensors and plain numbers so the checkpoint still loads with ``weights_only=True``.
+    """
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        kind, key, pos, has_gauss, gauss = np.random.get_state()
+        checkpoint["multipos_rng"] = {"torch": torch.get_rng_state(), "python": random.getstate(),
+                                      "numpy": [kind, torch.from_numpy(key.astype(np.int64)), pos, has_gauss, gauss]}
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint):
+        state = checkpoint.get("multipos_rng")
+        if state:
+            torch.set_rng_state(state["torch"])
+            version, internal, gauss = state["python"]
+            random.setstate((version, tuple(internal), gauss))
+            kind, key, pos, has_gauss, gauss = state["numpy"]
+            np.random.set_state((kind, key.numpy().astype(np.uint32), pos, has_gauss, gauss))
+
+
+def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, model, datamodule, val_set,
+              span: tuple[int, int], optimizer_state: dict | None) -> tuple[dict | None, dict]:
+    """Train (or resume, or skip when finished) stage ``i`` → (optimizer state after it, stage record)."""
+    stage_dir = out / "checkpoints" / f"stage{i + 1}"
+    kept_file = stage_dir / "kept.json"
+    if kept_file.is_file():
+        kept = json.loads(kept_file.read_text())
+        log.info("stage %d (%s) already finished: loading %s", i + 1, stage.name, kept["checkpoint"] or "its weights")
+        state = load_checkpoint(kept["checkpoint"]) if kept.get("checkpoint") else None
+        if state is not None:
+            model.load_state_dict({k[len("model."):]: v for k, v in state["state_dict"].items() if k.startswith("model.")})
+        return (state["optimizer_states"][0] if state and state.get("optimizer_states") else None), kept["record"]
+    datamodule.set_stage(stage.regime, stage.single_positive)
+    datamodule.setup()
+    log.info("stage %d/%d %s: regime=%s objective=%s single_positive=%s epochs=%d optimizer=%s lr_schedule=%s "
+             "(schedule steps %d..%d)", i + 1, n_stages, stage.name, stage.regime, stage.objective, stage.single_positive,
+             stage.epochs, stage.optimizer, stage.lr_schedule, span[0], span[1])
+    callbacks, best = build_callbacks(cfg, stage_dir, val_set)
+    trainer = build_trainer(cfg, out, stage.epochs, [*callbacks, _RNGState()],
+                            stage=f"stage{i + 1}" if n_stages > 1 else None)
+    objective = ContrastiveLoss(stage.objective, normalize_by_positives=bool(cfg.loss.get("normalize_by_positives", False)))
+    module = instantiate(cfg.module)(model=model, loss=objective, lr=stage.lr, schedule_offset=span[0],
+                                     schedule_total=span[1] or None,
+                                     optimizer_state=optimizer_state if stage.optimizer == "carry" else None)
+    last = stage_dir / "last.ckpt"
+    resume_from = str(last) if last.is_file() else None
+    if resume_from:
+        log.info("stage %d: resuming from %s", i + 1, resume_from)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+    kept_path = best.best_model_path if (best is not None and stage.keep == "best" and best.best_model_path) else (
+        str(last) if last.is_file() else "")
+    opt_state = trainer.optimizers[0].state_dict() if trainer.optimizers else None
+    if kept_path:
+        state = load_checkpoint(kept_path)
+        module.load_state_dict(state["state_dict"])
+        opt_state = state["optimizer_states"][0] if state.get("optimizer_states") else opt_state
+        log.info("stage %d: kept %s (%s=%s)", i + 1, kept_path, best.monitor if best else "last",
+                 best.best_model_score if best else "-")
+    record = {**stage.describe(), **datamodule.stats, "kept": kept_path,
+              "best_dev": float(best.best_model_score) if best is not None and best.best_model_score is not None else None}
+    atomic.write_json(kept_file, {"checkpoint": kept_path, "record": record})
+    return opt_state, record
+
+
 def train(cfg: DictConfig) -> dict:
     """Run the main job described in the module docstring; returns the metrics dict written to ``metrics.json``.
 
     Raises: ValueError / DataFormatError for invalid configuration or data, before anything is written.
     """
     out = output_dir(cfg)
-    out.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    stages = plan(cfg.stages)  # configuration errors first
+    info, finished = prepare_run_dir(cfg, out)
+    if finished:
+        log.info("%s: finished run with this configuration, skipped (resume=false trains it again)", out)
+        return json.loads((out / "metrics.json").read_text())
     L.seed_everything(cfg.seed, workers=True)
-
-    loss: ContrastiveLoss = instantiate(cfg.loss)
     datamodule = instantiate(cfg.data, seed=cfg.seed)
-    test_sets: list[EvalSet] = [instantiate(s) for s in cfg.eval.test_sets.values()]
-    val_set: EvalSet | None = instantiate(cfg.eval.validation) if cfg.eval.get("validation") else None
-    datamodule.setup()  # data errors surface before any training or writing
+    val_set, test_sets = eval_sets(cfg)
+    steps = [datamodule.steps_per_epoch(s.regime) * s.epochs for s in stages]  # data errors surface here
+    spans = schedule_spans(stages, steps)
+    out.mkdir(parents=True, exist_ok=True)
+    info = {"status": "running", "config_hash": config_hash(cfg), "experiment": cfg.get("experiment_name"),
+            "seed": int(cfg.seed), "device": device_description(), "wall_s": float(info.get("wall_s", 0.0)),
+            "stages": [s.describe() for s in stages], "resumed": bool(info)}
+    atomic.write_json(out / "run_info.json", info)
 
     refs = {}
     if cfg.eval.references:
-        refs = references(cfg, ([val_set] if val_set else []) + test_sets)
-        write_metrics(out / "references.json", refs)
+        ref_file = out / "references.json"
+        refs = json.loads(ref_file.read_text()) if ref_file.is_file() else references(cfg, ([val_set] if val_set else []) + test_sets)
+        atomic.write_json(ref_file, refs)
 
     model = instantiate(cfg.model)
-    plan = stages(cfg, datamodule, loss)
-    best_path = None
-    for i, (regime, objective, epochs) in enumerate(plan):
-        if epochs <= 0:
+    opt_state, records = None, []
+    for i, stage in enumerate(stages):
+        if stage.epochs <= 0:
             continue
-        log.info("stage %d/%d: regime=%s objective=%s epochs=%d", i + 1, len(plan), regime, objective.name, epochs)
-        datamodule.set_stage(regime, objective.single_positive)
-        callbacks = []
-        if val_set is not None:
-            opts = {**retrieval_options(cfg), "k": 100}
-            callbacks.append(RetrievalValidation(val_set, cache=cache_dir(), **opts))
-        ckpt = L.pytorch.callbacks.ModelCheckpoint(
-            dirpath=str(out / "checkpoints" / f"stage{i + 1}"), filename="{epoch}-{step}",
-            monitor="val/ndcg@10" if val_set is not None else None, mode="max", save_top_k=1, save_last=True,
-            save_weights_only=cfg.get("save_weights_only", False))
-        callbacks.append(ckpt)
-        trainer = build_trainer(cfg, out, epochs, callbacks, stage=f"stage{i + 1}" if len(plan) > 1 else None)
-        module = instantiate(cfg.optim, model=model, loss=objective)
-        trainer.fit(module, datamodule=datamodule)
-        best_path = ckpt.best_model_path or ckpt.last_model_path
-        if best_path:
-            state = torch.load(best_path, map_location="cpu", weights_only=False)["state_dict"]
-            module.load_state_dict(state)
-            log.info("stage %d: kept checkpoint %s (%s=%s)", i + 1, best_path, ckpt.monitor, ckpt.best_model_score)
+        opt_state, record = run_stage(cfg, out, i, stage, len(stages), model, datamodule, val_set, spans[i], opt_state)
+        records.append(record)
+        log.info("stage %d: %d training queries, %d positive labels", i + 1, record.get("training_queries", 0),
+                 record.get("positive_labels", 0))
     model.save_pretrained(out / "model")
 
     results = evaluate_sets(model, ([val_set] if val_set else []) + test_sets, cfg, out, cache_dir())
-    write_metrics(out / "metrics.json", results)
-    table = format_table(results, refs)
-    (out / "results.txt").write_text(table + "\n")
-    print("\n" + table + "\n")
+    info.update(status="complete", stage_records=records, wall_s=round(info["wall_s"] + time.time() - start, 1))
+    text = write_results(out, results, refs, extra_lines=[f"wall time {info['wall_s']:.0f} s on {info['device']}"])
+    atomic.write_json(out / "run_info.json", info)
+    print("\n" + text + "\n")
     print(f"run directory: {out}")
     return results
+
+
+def optimized_value(results: dict, key: str | None) -> float | None:
+    """``results[set][metric]`` for ``key = "<set>/<metric>"`` (the value a sweeper maximises), or None."""
+    if not key:
+        return None
+    name, _, metric = str(key).rpartition("/")
+    if name not in results or metric not in results[name]:
+        raise ValueError(f"optimized_metric={key!r}: no such result; have {sorted(results)}")
+    return float(results[name][metric])
 
 
 def console_main() -> None:  # pragma: no cover - thin wrapper for the `multipos-train` script
     import hydra
 
     hydra.main(version_base="1.3", config_path=str(Path(__file__).resolve().parents[2] / "conf"),
-               config_name="train")(lambda cfg: train(cfg))()
+               config_name="train")(lambda cfg: optimized_value(train(cfg), cfg.get("optimized_metric")))()

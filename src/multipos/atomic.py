@@ -1,0 +1,90 @@
+"""Atomic writes: every output file and folder of a run goes through these helpers.
+
+A file is written to a temporary sibling and moved over the target with ``os.replace`` (atomic on POSIX),
+so a reader sees the old file or the new one, never half of one; a crash leaves at most a ``*.tmp-<pid>``
+sibling, which no reader trusts. Folders (``model/``) are written into a temporary sibling and renamed in
+place of the old one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Iterator
+
+__all__ = ["writer", "write_text", "write_json", "write_bytes", "replace_dir", "temp_path"]
+
+
+def temp_path(path: str | os.PathLike) -> Path:
+    """The temporary sibling used while ``path`` is written (``<name>.tmp-<pid>``)."""
+    path = Path(path)
+    return path.with_name(f"{path.name}.tmp-{os.getpid()}")
+
+
+@contextlib.contextmanager
+def writer(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator:
+    """Open a temporary sibling of ``path`` for writing; on success it is fsync'd and moved over ``path``.
+
+    On an exception the temporary file is removed and ``path`` is left as it was (streaming writes of large
+    files, e.g. TREC runs, go through this).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path(path)
+    try:
+        with open(tmp, mode, encoding=None if "b" in mode else encoding) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (fsync'd temp file, then ``os.replace``). Returns ``path``."""
+    with writer(path, "wb") as f:
+        f.write(data)
+    return Path(path)
+
+
+def write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write UTF-8 ``text`` to ``path`` atomically."""
+    return write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: str | os.PathLike, obj: Any, indent: int | None = 2) -> Path:
+    """Write ``obj`` as JSON to ``path`` atomically (serialised fully before anything touches the disk)."""
+    return write_text(path, json.dumps(obj, indent=indent) + "\n")
+
+
+@contextlib.contextmanager
+def replace_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Context manager yielding a temporary folder that replaces ``path`` when the block succeeds.
+
+    On an exception the temporary folder is removed and ``path`` is left as it was. The swap removes the
+    old folder and renames the new one (two steps: a crash in between leaves no ``path`` at all, never a
+    mixed or half-written one).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path(path)
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if path.exists():
+        old = path.with_name(f"{path.name}.old-{os.getpid()}")
+        os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, path)
