@@ -11,10 +11,11 @@ import multipos  # noqa: F401  (registers resolvers)
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 
 
-def compose_cfg(config_name: str, overrides: list[str]):
-    """Compose ``conf/<config_name>.yaml`` with ``overrides`` (Hydra override syntax)."""
+def compose_cfg(config_name: str, overrides: list[str], return_hydra_config: bool = False):
+    """Compose ``conf/<config_name>.yaml`` with ``overrides`` (Hydra override syntax); with
+    ``return_hydra_config`` the ``hydra`` node (sweeper, launcher) is kept."""
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        return compose(config_name=config_name, overrides=overrides)
+        return compose(config_name=config_name, overrides=overrides, return_hydra_config=return_hydra_config)
 
 
 def tiny_overrides(tiny_beir: Path, tiny_bert: Path, out: Path, *extra: str) -> list[str]:

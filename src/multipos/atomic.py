@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["writer", "write_text", "write_json", "write_bytes", "replace_dir", "temp_path"]
+__all__ = ["AtomicCheckpointIO", "writer", "write_text", "write_json", "write_bytes", "replace_dir", "temp_path"]
 
 
 def temp_path(path: str | os.PathLike) -> Path:
@@ -88,3 +88,27 @@ def replace_dir(path: str | os.PathLike) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, path)
+
+
+def _checkpoint_io_base():
+    from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+    return TorchCheckpointIO
+
+
+class AtomicCheckpointIO(_checkpoint_io_base()):
+    """Lightning ``CheckpointIO`` that writes every checkpoint through :func:`writer` (temp file + rename)
+    and reads it back with ``weights_only=True`` (no code runs from a checkpoint file)."""
+
+    def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
+        import torch
+
+        if storage_options is not None:
+            raise TypeError("AtomicCheckpointIO takes no storage_options")
+        with writer(path, "wb") as f:
+            torch.save(checkpoint, f)
+
+    def load_checkpoint(self, path, map_location=None, weights_only=None):
+        import torch
+
+        return torch.load(path, map_location=map_location or "cpu", weights_only=True)

@@ -10,9 +10,12 @@ A column in neither mask is ignored for that query (e.g. another query's passage
 positive of query i, i.e. a false negative).  The candidate pool of query i is D_i = D+_i ∪ D-_i, and
 P(d | q_i) = exp(s_id) / Σ_{d' ∈ D_i} exp(s_id')  (paper, Sec. 3, "candidate pool").
 
-Each objective returns the **unreduced** per-query loss ``[B]`` in float32; the caller averages.
-All computations run in float32 with ``logsumexp`` so any finite input gives a finite output, whatever
-the input dtype (fp32 or bf16).
+Each objective returns the **unreduced** per-query loss ``[B]``; the caller averages.
+
+Dtype rule (:func:`compute`): the loss is computed, and returned, in the wider of float32 and the
+input dtype, i.e. ``torch.promote_types(scores.dtype, torch.float32)``: bf16 / fp16 / fp32 scores are
+computed in float32, float64 scores stay float64 (loss returned in float64). Every objective uses
+``logsumexp`` / ``logaddexp`` so any finite input gives a finite loss and finite gradients.
 
 Objectives (paper, Sec. 3 "Training objectives"):
 
@@ -47,11 +50,14 @@ from torch import Tensor, nn
 __all__ = ["OBJECTIVES", "SINGLE_POSITIVE", "ContrastiveLoss", "compute", "check_name"]
 
 # A large finite stand-in for −inf: keeps logsumexp and its gradient finite on empty sets.
+# Representable in both compute dtypes (float32 max ≈ 3.4e38, float64 ≈ 1.8e308), and stays finite
+# when two of them are added (−2e30), so it never turns into −inf; exp(_NEG − s) underflows to
+# exactly 0 for any realistic score s in either dtype.
 _NEG = -1.0e30
 
 
 def _masked(scores: Tensor, mask: Tensor) -> Tensor:
-    """``scores`` where ``mask`` else a huge negative number (float32, [B, N])."""
+    """``scores`` where ``mask`` else a huge negative number ([B, N], dtype of ``scores``)."""
     return scores.masked_fill(~mask, _NEG)
 
 
@@ -61,14 +67,20 @@ def _lse(scores: Tensor, mask: Tensor) -> Tensor:
 
 
 def _log_softplus_pool(first: Tensor, second: Tensor) -> Tensor:
-    """log(1 + exp(first + second)) computed stably, elementwise ([B])."""
-    return torch.nn.functional.softplus(first + second)
+    """log(1 + exp(first + second)) computed stably, elementwise ([B]).
+
+    ``logaddexp(x, 0)`` rather than ``F.softplus(x)``: softplus returns ``x`` itself above its
+    ``threshold=20``, which drops exp(−20) ≈ 2e-9 from the value and from the gradient (sigmoid) —
+    invisible in float32 but a real error in float64.
+    """
+    x = first + second
+    return torch.logaddexp(x, torch.zeros_like(x))
 
 
 def infonce(scores: Tensor, positive_mask: Tensor, negative_mask: Tensor) -> Tensor:
     """InfoNCE for a mask with exactly one positive per row: −s_p + log Σ_{d∈D} exp(s_d).
 
-    Args: scores [B, N] float; positive_mask, negative_mask [B, N] bool. Returns [B] float32.
+    Args: scores [B, N] float; positive_mask, negative_mask [B, N] bool. Returns [B], dtype of scores.
     Used by ``singlelh`` and ``rand1lh`` (paper Eq. 1); with several positives in the mask it
     is the mean over positives of −log P(p | q) with the softmax over D = D+ ∪ D−, i.e. JointLH.
     """
@@ -155,7 +167,9 @@ OBJECTIVES: dict[str, Objective] = {
     "recontriever": recontriever,
 }
 
-#: Objectives trained on a single positive per query, and which one the data side must select.
+#: Objectives trained on a single positive per query → which positive is kept (``"first"`` /
+#: ``"random"``). The single source of that rule: the training-stage plan reads it to configure each
+#: stage's positive selection; the objectives themselves only check that the mask holds one positive.
 SINGLE_POSITIVE: dict[str, str] = {"singlelh": "first", "rand1lh": "random"}
 
 
@@ -180,15 +194,20 @@ def compute(
             ``lsepair``, ``lsepair_maxp``, ``lsepair_maxn``, ``lsepair_minp``,
             ``lsepair_minp_maxn``, ``recontriever``). For ``rand1lh`` / ``singlelh`` pass a mask
             that holds the one selected positive.
-        scores: [B, N] float (fp32 or bf16), query–passage scores already divided by the temperature.
+        scores: [B, N] float (bf16, fp16, fp32 or fp64), query–passage scores already divided by
+            the temperature.
         positive_mask: [B, N] bool, D+ per query; every row needs at least one True.
         negative_mask: [B, N] bool, D− per query; default ``~positive_mask``. Columns in neither
             mask are ignored. A positive that is also flagged negative counts as positive only.
+            A row may have no negative: its loss is then 0 for every objective except ``jointlh``,
+            which becomes −1/|D+| Σ_p log of the softmax over D+ alone.
         normalize_by_positives: divide each query's loss by |D+| (paper Sec. 3, optional
             normalisation; a no-op for the already averaged ``jointlh``).
 
     Returns:
-        [B] float32, unreduced loss per query.
+        [B] unreduced loss per query, in the wider of float32 and ``scores.dtype``
+        (``torch.promote_types(scores.dtype, torch.float32)``): float64 scores give a float64 loss;
+        bf16 / fp16 / fp32 scores give a float32 loss. Gradients flow back in ``scores.dtype``.
 
     Raises:
         ValueError: unknown ``name``, shape mismatch, non-boolean masks, a query row with no positive,
@@ -211,11 +230,12 @@ def compute(
     if name in SINGLE_POSITIVE and bool((n_pos > 1).any()):
         rows = (n_pos > 1).nonzero().flatten().tolist()[:10]
         raise ValueError(f"objective {name!r} trains on one positive per query, but rows {rows} have several "
-                         "(select it on the data side: GroupBuilder(single_positive=...))")
+                         f"(the training stage must keep the {SINGLE_POSITIVE[name]!r} positive, "
+                         "see multipos.losses.SINGLE_POSITIVE)")
     if negative_mask is None:
         negative_mask = ~positive_mask
     negative_mask = negative_mask & ~positive_mask
-    loss = fn(scores.float(), positive_mask, negative_mask)
+    loss = fn(scores.to(torch.promote_types(scores.dtype, torch.float32)), positive_mask, negative_mask)
     if normalize_by_positives and name != "jointlh":
         loss = loss / n_pos.to(loss.dtype)
     return loss
@@ -226,6 +246,9 @@ class ContrastiveLoss(nn.Module):
 
     Args: name: objective name; normalize_by_positives: divide each query's loss by |D+|.
     Raises: ValueError for an unknown objective name.
+
+    Which positive a single-positive objective trains on is not asked of this module: the
+    training-stage plan reads :data:`SINGLE_POSITIVE`.
     """
 
     def __init__(self, name: str, normalize_by_positives: bool = False):
@@ -233,11 +256,6 @@ class ContrastiveLoss(nn.Module):
         self.name = check_name(name)
         self.normalize_by_positives = normalize_by_positives
 
-    @property
-    def single_positive(self) -> str | None:
-        """``first`` / ``random`` for SingleLH / Rand1LH (the data side selects the positive), else None."""
-        return SINGLE_POSITIVE.get(self.name)
-
     def forward(self, scores: Tensor, positive_mask: Tensor, negative_mask: Tensor) -> Tensor:
-        """scores [B, N], masks [B, N] → scalar mean loss."""
+        """scores [B, N], masks [B, N] → scalar mean loss (dtype rule of :func:`compute`)."""
         return compute(self.name, scores, positive_mask, negative_mask, self.normalize_by_positives).mean()

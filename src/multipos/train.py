@@ -109,13 +109,15 @@ def build_trainer(cfg: DictConfig, out: Path, max_epochs: int, callbacks: list, 
     """Instantiate ``cfg.trainer`` for one stage with the logger and the stage's callbacks.
 
     ``stage`` (multi-stage runs) becomes the logger's ``version`` so stages log side by side
-    (``csv/stage1/metrics.csv``, ``csv/stage2/…``) instead of overwriting each other.
+    (``csv/stage1/metrics.csv``, ``csv/stage2/…``) instead of overwriting each other. Checkpoints are
+    written atomically and read with ``weights_only=True`` (:class:`multipos.atomic.AtomicCheckpointIO`).
     """
     logger = False
     if cfg.get("logger"):
         extra = {"version": stage} if stage is not None and "version" in cfg.logger else {}
         logger = instantiate(cfg.logger, **extra)
-    return instantiate(cfg.trainer, default_root_dir=str(out), logger=logger, callbacks=callbacks, max_epochs=max_epochs)
+    return instantiate(cfg.trainer, default_root_dir=str(out), logger=logger, callbacks=callbacks, max_epochs=max_epochs,
+                       plugins=[atomic.AtomicCheckpointIO()])
 
 
 def load_checkpoint(path: str | Path) -> dict:

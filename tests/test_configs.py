@@ -1,0 +1,121 @@
+"""Every file of every config group composes, and every experiment composes and instantiates for every
+cell of its sweep (ashleve/lightning-hydra-template's test_configs idea)."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from multipos.stages import plan
+from tests.helpers import CONF, compose_cfg
+
+GROUPS = sorted(p.name for p in Path(CONF).iterdir() if p.is_dir() and p.name not in ("hydra", "experiment"))
+EXPERIMENTS = sorted(p.stem for p in (Path(CONF) / "experiment").glob("*.yaml"))
+#: Groups whose files need other settings to compose (an eval set whose paths the user gives).
+NEEDS = {("eval", "beir"): ["eval.paths=[nfcorpus]"]}
+PAPER_TABLES = ("table2_homogeneous", "table3_ood", "table4_heterogeneous", "table5_curriculum", "figure_ratio_ablation",
+                "table6_lsepair_variants", "table7_budget", "table8_first_vs_random_m", "table9_recontriever",
+                "nfcorpus_recipe_search", "default")
+
+
+def group_files():
+    for group in GROUPS:
+        for f in sorted((Path(CONF) / group).glob("*.yaml")):
+            yield group, f.stem
+
+
+def test_every_paper_result_has_an_experiment():
+    assert set(PAPER_TABLES) <= set(EXPERIMENTS)
+
+
+@pytest.mark.parametrize("group,name", list(group_files()))
+def test_every_group_file_composes(group, name):
+    if group == "benchmark":  # one eval set, added to the test sets
+        cfg = compose_cfg("train", [f"+benchmark@eval.test_sets.extra={name}"])
+        es = instantiate(cfg.eval.test_sets.extra)
+        assert es.name and es.metrics
+        return
+    cfg = compose_cfg("train", [f"{group}={name}", "paths.output_dir=out", *NEEDS.get((group, name), [])])
+    OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
+
+
+def sweep_cells(experiment: str) -> list[list[str]]:
+    """Every override combination of an experiment's ``hydra.sweeper.params`` (choice lists expanded;
+    an Optuna interval contributes its two ends)."""
+    cfg = compose_cfg("train", [f"experiment={experiment}"], return_hydra_config=True)
+    params = OmegaConf.to_container(cfg.hydra.sweeper.params) if cfg.hydra.sweeper.get("params") else {}
+    parser = OverridesParser.create()
+    axes = []
+    for key, text in params.items():
+        text = str(text)
+        if text.startswith("tag("):  # tag(log, interval(a, b))
+            text = text[text.index("interval(") : -1]
+        if text.startswith("interval("):
+            lo, hi = (float(x) for x in text[len("interval("):-1].split(","))
+            values = [lo, hi]
+        elif text.startswith("choice("):
+            values = [v.strip() for v in text[len("choice("):-1].split(",")]
+        else:
+            override = parser.parse_override(f"{key}={text}")
+            values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [override.value()]
+        axes.append([f"{key}={v}" for v in values])
+    if cfg.hydra.sweeper.get("_target_", "").endswith("OptunaSweeper"):
+        # a search space: every value of every axis once (a covering set), not the whole product
+        width = max(len(a) for a in axes)
+        return [[a[i % len(a)] for a in axes] for i in range(width)]
+    return [list(cell) for cell in itertools.product(*axes)]
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+@pytest.mark.parametrize("scale", ["cpu", "paper"])
+def test_every_experiment_cell_composes_and_plans(experiment, scale):
+    cells = sweep_cells(experiment)
+    assert cells, f"{experiment}: no sweep"
+    for cell in cells if scale == "cpu" else cells[:1]:  # the paper scale changes no sweep axis
+        cfg = compose_cfg("train", [f"experiment={experiment}", f"scale={scale}", "paths.output_dir=out", *cell])
+        resolved = OmegaConf.to_container(cfg, resolve=True)
+        assert resolved["experiment_name"] == experiment
+        assert resolved["report"]["name"] == experiment and resolved["report"]["columns"]
+        stages = plan(cfg.stages)  # every stage valid (regime, objective, choices)
+        assert sum(s.epochs for s in stages) >= 1
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_experiment_instantiates(experiment, tiny_bert, tmp_path):
+    """The first cell of each experiment builds its data module, model, objective, module factory, callbacks
+    and eval sets (the model path points at the tiny BERT: no download)."""
+    cell = sweep_cells(experiment)[0]
+    cfg = compose_cfg("train", [f"experiment={experiment}", *cell, f"model.name_or_path={tiny_bert}",
+                                f"paths.output_dir={tmp_path}"])
+    datamodule = instantiate(cfg.data, seed=cfg.seed)
+    assert datamodule.regime in ("homogeneous", "heterogeneous", "gold", "all")
+    model = instantiate(cfg.model)
+    loss = instantiate(cfg.loss)
+    module = instantiate(cfg.module)(model=model, loss=loss)
+    assert module.optimizer_factory.func.__name__ == "AdamW"
+    for spec in (cfg.eval.get("test_sets") or {}).values():
+        instantiate(spec)
+    if cfg.eval.get("validation"):
+        instantiate(cfg.eval.validation)
+    for spec in cfg.callbacks.values():
+        instantiate(spec)
+
+
+def test_paper_scale_settings():
+    cfg = compose_cfg("train", ["experiment=table2_homogeneous", "scale=paper"])
+    assert cfg.model.name_or_path == "bert-base-uncased" and cfg.model.pooling == "cls"
+    assert (cfg.data.group_size, cfg.data.max_positives, cfg.data.batch_size) == (8, 4, 128)
+    assert cfg.module.optimizer.lr == 3e-5 and cfg.trainer.max_epochs == 3
+    assert cfg.data.source._target_.endswith("TevatronSource")
+    cur = compose_cfg("train", ["experiment=table5_curriculum", "scale=paper"])
+    assert [s.epochs for s in plan(cur.stages)] == [3, 1]
+
+
+def test_unknown_experiment_lists_the_allowed_ones():
+    with pytest.raises(Exception, match="table2_homogeneous"):
+        compose_cfg("train", ["experiment=table_42"])
