@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+from pathlib import Path
 
 import pytest
 import torch
@@ -117,7 +119,8 @@ def test_teacher_ordering_sorts_positives_by_teacher_score(tiny_beir, tiny_bert)
                                ordering="teacher", teacher=str(tiny_bert))
     corpus, by_file = given.load()
     _, by_teacher = teacher.load()
-    model = DualEncoder(str(tiny_bert), pooling="mean", normalize=True, passage_max_length=256)
+    # the tiny BERT has no saved settings nor sentence-transformers files: the teacher uses the defaults
+    model = DualEncoder(str(tiny_bert), pooling="cls", normalize=False, passage_max_length=256)
     for q0, q1 in zip(by_file, by_teacher):
         assert sorted(q0.silver) == sorted(q1.silver) and sorted(q0.gold) == sorted(q1.gold)
         qe = encode(model, [q1.query], "query", progress=False)[0]
@@ -132,3 +135,126 @@ def test_dropout_overrides_reach_the_encoder(tiny_bert):
     model = DualEncoder(str(tiny_bert), attention_dropout=0.0, hidden_dropout=0.2)
     assert model.query_encoder.config.attention_probs_dropout_prob == 0.0
     assert model.query_encoder.config.hidden_dropout_prob == 0.2
+
+
+# ----------------------------------------------------------------------------- saved settings, dtype, remote code
+
+PRESETS = Path(__file__).resolve().parents[1] / "conf" / "model"
+
+
+def _preset(name: str, checkpoint) -> DualEncoder:
+    """``conf/model/<name>.yaml`` instantiated as under the jobs, on ``checkpoint``."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(PRESETS / f"{name}.yaml")
+    cfg.name_or_path = str(checkpoint)
+    return instantiate(cfg)
+
+
+def _tiny_variant(src, dst, seed: int, dtype: torch.dtype | None = None):
+    """The tiny BERT's architecture and tokenizer with weights drawn from ``seed`` (saved in ``dtype``)."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    torch.manual_seed(seed)
+    model = BertModel(BertConfig.from_pretrained(src))
+    if dtype is not None:
+        model = model.to(dtype)
+    model.save_pretrained(dst)
+    AutoTokenizer.from_pretrained(src).save_pretrained(dst)
+    return dst
+
+
+def test_saved_settings_win_over_the_preset(tiny_bert, tmp_path, caplog):
+    cls = DualEncoder(str(tiny_bert), pooling="cls", normalize=False, temperature=1.0)
+    cls.save_pretrained(tmp_path / "m")
+    with caplog.at_level(logging.WARNING, logger="multipos.model"):
+        loaded = _preset("minilm", tmp_path / "m")  # mean, L2, τ 0.05 in the preset
+    assert (loaded.pooling, loaded.normalize, loaded.temperature, loaded.shared) == ("cls", False, 1.0, True)
+    saved = tmp_path / "m" / "multipos_encoder.json"
+    assert f"model.pooling=mean (config) differs from cls saved in {saved}: using the saved value" in caplog.text
+    assert "model.normalize=True (config) differs from False" in caplog.text
+    assert "model.temperature=0.05 (config) differs from 1.0" in caplog.text
+    assert "set model.prefer_saved=false to force the config" in caplog.text
+    assert "model.shared" not in caplog.text  # equal values: no warning
+    cls.eval(), loaded.eval()
+    tokens = cls.tokenize(["calcium bone fracture", "sleep"])
+    assert torch.allclose(loaded.encode_passages(tokens), cls.encode_passages(tokens), atol=1e-6)
+
+
+def test_prefer_saved_false_forces_the_config(tiny_bert, tmp_path, caplog):
+    DualEncoder(str(tiny_bert), pooling="cls", normalize=False).save_pretrained(tmp_path / "m")
+    with caplog.at_level(logging.WARNING, logger="multipos.model"):
+        forced = DualEncoder(str(tmp_path / "m"), pooling="mean", normalize=True, temperature=0.05, prefer_saved=False)
+    assert (forced.pooling, forced.normalize, forced.temperature) == ("mean", True, 0.05)
+    assert "model.pooling=mean (config) differs from cls saved in" in caplog.text and "using the config value" in caplog.text
+    partial = DualEncoder(str(tmp_path / "m"), pooling="mean", prefer_saved=False)  # None still = saved
+    assert (partial.pooling, partial.normalize) == ("mean", False)
+
+
+@pytest.mark.parametrize("preset", ["minilm", "bert_base"])
+def test_untied_checkpoint_stays_untied_under_a_shared_preset(tiny_bert, tmp_path, preset):
+    model = DualEncoder(str(tiny_bert), pooling="cls", normalize=False, shared=False)
+    with torch.no_grad():
+        model.passage_encoder.embeddings.word_embeddings.weight.add_(1.0)
+    model.save_pretrained(tmp_path / "m")
+    loaded = _preset(preset, tmp_path / "m")  # shared: true in the preset
+    assert loaded.shared is False and loaded.query_encoder is not loaded.passage_encoder
+    for mine, theirs in ((loaded.query_encoder, model.query_encoder), (loaded.passage_encoder, model.passage_encoder)):
+        want = theirs.state_dict()
+        for name, t in mine.state_dict().items():
+            assert torch.equal(t, want[name]), name
+    assert not torch.equal(loaded.query_encoder.embeddings.word_embeddings.weight,
+                           loaded.passage_encoder.embeddings.word_embeddings.weight)
+
+
+def test_sentence_transformers_files_give_default_settings(assets):
+    model = DualEncoder(str(assets / "models" / "all-MiniLM-L6-v2"))  # its modules.json: mean pooling + Normalize
+    assert (model.pooling, model.normalize) == ("mean", True)
+    assert DualEncoder(str(assets / "models" / "all-MiniLM-L6-v2"), pooling="cls").pooling == "cls"  # argument wins
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_checkpoint_loads_as_float32(tiny_bert, tmp_path, dtype):
+    from transformers import AutoModel
+
+    path = _tiny_variant(tiny_bert, tmp_path / "half", seed=1, dtype=dtype)
+    assert next(AutoModel.from_pretrained(str(path)).parameters()).dtype == dtype  # saved in half precision
+    model = DualEncoder(str(path), pooling="mean", normalize=True, temperature=0.05)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    q = model.encode_queries(model.tokenize(["heart cholesterol", "sleep night"], "query"))
+    p = model.encode_passages(model.tokenize(["heart study", "sleep night rest", "bone calcium", "diet fruit"]))
+    scores = model.score(q, p)
+    positive = torch.tensor([[1, 1, 0, 0], [0, 0, 1, 1]], dtype=torch.bool)
+    loss = ContrastiveLoss("lsepair")(scores, positive, ~positive)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    before = model.query_encoder.embeddings.word_embeddings.weight.detach().clone()
+    loss.backward()
+    opt.step()
+    assert torch.isfinite(loss)
+    assert not torch.equal(before, model.query_encoder.embeddings.word_embeddings.weight)
+
+
+def test_trust_remote_code_is_off_unless_configured(tiny_bert, monkeypatch):
+    import multipos.model as model_module
+
+    seen = []
+    for cls_name in ("AutoModel", "AutoTokenizer"):
+        cls = getattr(model_module, cls_name)
+        real = cls.from_pretrained
+
+        def spy(*args, _real=real, _name=cls_name, **kwargs):
+            seen.append((_name, kwargs.get("trust_remote_code", "missing")))
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(cls, "from_pretrained", spy)
+    DualEncoder(str(tiny_bert), shared=False)
+    assert seen == [("AutoModel", False), ("AutoModel", False), ("AutoTokenizer", False)]
+    seen.clear()
+    DualEncoder(str(tiny_bert), trust_remote_code=True)
+    assert seen == [("AutoModel", True), ("AutoTokenizer", True)]
+    for preset in ("minilm", "bert_base"):
+        from omegaconf import OmegaConf
+
+        cfg = OmegaConf.load(PRESETS / f"{preset}.yaml")
+        assert cfg.trust_remote_code is False and cfg.prefer_saved is True

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import struct
 
 import faiss
 import numpy as np
@@ -272,13 +273,14 @@ def model(tiny_bert):
 KW = {"batch_size": 8, "bf16": False, "progress": False}
 
 
-def _old_cache_name(model, ids, texts, max_length=None) -> str:
-    """The cache file name as computed before the memmap change (keys must stay compatible)."""
+def _cache_name(model, ids, texts, max_length=None, bf16=False) -> str:
+    """The cache file name: model fingerprint, sha1 over ids *and texts*, max length, precision."""
     h = hashlib.sha1()
     for i, t in zip(ids, texts):
-        h.update(i.encode())
-        h.update(str(len(t)).encode())
-    return f"{model.fingerprint()}-{h.hexdigest()[:12]}-{max_length or model.passage_max_length}.npy"
+        ib, tb = i.encode(), t.encode()
+        h.update(struct.pack("<QQ", len(ib), len(tb)) + ib + tb)
+    precision = "bf16" if bf16 else "fp32"
+    return f"{model.fingerprint()}-{h.hexdigest()[:16]}-{max_length or model.passage_max_length}-{precision}.npy"
 
 
 def _crash_after(model, monkeypatch, calls: int):
@@ -311,7 +313,7 @@ def test_cache_miss_then_hit(model, corpus, tmp_path, monkeypatch, threshold):
     emb = cached_encode(model, ids, texts, tmp_path, "t", memmap_threshold=threshold, **KW)
     np.testing.assert_array_equal(np.asarray(emb), ref)
     files = sorted(p.name for p in (tmp_path / "embeddings").iterdir())
-    assert files == [_old_cache_name(model, ids, texts)]  # same key as before, no temp files left
+    assert files == [_cache_name(model, ids, texts)]  # no temp files left
     np.testing.assert_array_equal(np.load(tmp_path / "embeddings" / files[0]), ref)
     _crash_after(model, monkeypatch, 0)  # a hit must not encode
     hit = cached_encode(model, ids, texts, tmp_path, "t", memmap_threshold=threshold, **KW)
@@ -337,7 +339,7 @@ def test_leftover_or_wrong_files_are_not_cache_hits(model, corpus, tmp_path, cap
     ids, texts = corpus
     folder = tmp_path / "embeddings"
     folder.mkdir()
-    name = _old_cache_name(model, ids, texts)
+    name = _cache_name(model, ids, texts)
     key = name.removesuffix(".npy")
     np.save(folder / f"{key}.4242-deadbeef.tmp.npy", np.zeros((40, model.hidden_size), np.float32))  # killed run
     np.save(folder / name, np.zeros((39, model.hidden_size), np.float32))  # wrong corpus size
@@ -348,11 +350,57 @@ def test_leftover_or_wrong_files_are_not_cache_hits(model, corpus, tmp_path, cap
     assert np.load(folder / name).shape == (40, model.hidden_size)
 
 
-def test_cache_key_covers_pooling_normalisation_and_max_length(model, corpus, tiny_bert):
+def test_cache_key_covers_pooling_normalisation_max_length_and_precision(model, corpus, tiny_bert):
     from multipos.model import DualEncoder
 
     ids, texts = corpus
     other = DualEncoder(str(tiny_bert), pooling="mean", normalize=False, passage_max_length=64)
     assert other.fingerprint() != model.fingerprint()
-    assert _old_cache_name(model, ids, texts) != _old_cache_name(model, ids, texts, max_length=32)
-    assert retrieval._cache_key(model, ids, texts, 32) + ".npy" == _old_cache_name(model, ids, texts, 32)
+    assert _cache_name(model, ids, texts) != _cache_name(model, ids, texts, max_length=32)
+    assert retrieval._cache_key(model, ids, texts, 32, bf16=False) + ".npy" == _cache_name(model, ids, texts, 32)
+    assert retrieval._cache_key(model, ids, texts, 32, bf16=True) + ".npy" == _cache_name(model, ids, texts, 32, bf16=True)
+    assert len({retrieval._cache_key(model, ids, texts, m, b) for m in (None, 32) for b in (True, False)}) == 4
+    # ids and texts are length-prefixed: moving a character across the id/text boundary changes the key
+    assert retrieval._cache_key(model, ["a"], ["bc"], None) != retrieval._cache_key(model, ["ab"], ["c"], None)
+
+
+def test_same_length_edit_is_re_encoded(model, corpus, tmp_path, monkeypatch):
+    ids, texts = corpus
+    row = next(i for i, t in enumerate(texts) if "heart" in t)
+    edited = list(texts)
+    edited[row] = texts[row].replace("heart", "tumor")  # same length, other words
+    assert len(edited[row]) == len(texts[row]) and edited[row] != texts[row]
+    old = cached_encode(model, ids, texts, tmp_path, "t", **KW)
+    new = cached_encode(model, ids, edited, tmp_path, "t", **KW)
+    np.testing.assert_array_equal(new, encode(model, edited, **KW))
+    assert not np.allclose(new[row], old[row])
+    assert len(list((tmp_path / "embeddings").glob("*.npy"))) == 2
+    _crash_after(model, monkeypatch, 0)  # both are hits now
+    np.testing.assert_array_equal(cached_encode(model, ids, edited, tmp_path, "t", **KW), new)
+    np.testing.assert_array_equal(cached_encode(model, ids, texts, tmp_path, "t", **KW), old)
+
+
+def test_bf16_and_fp32_embeddings_are_cached_apart(model, corpus, tmp_path):
+    ids, texts = corpus
+    fp32 = cached_encode(model, ids, texts, tmp_path, "t", **KW)
+    bf16 = cached_encode(model, ids, texts, tmp_path, "t", **{**KW, "bf16": True})
+    names = sorted(p.name for p in (tmp_path / "embeddings").iterdir())
+    assert names == sorted([_cache_name(model, ids, texts), _cache_name(model, ids, texts, bf16=True)])
+    np.testing.assert_array_equal(bf16, encode(model, texts, **{**KW, "bf16": True}))
+    assert not np.array_equal(fp32, bf16)
+
+
+@pytest.mark.parametrize("threshold", [10, None])
+@pytest.mark.parametrize("keep", [0.0, 0.5])  # empty file, half a file
+def test_truncated_cache_file_is_rebuilt(model, corpus, tmp_path, caplog, threshold, keep):
+    ids, texts = corpus
+    ref = np.asarray(cached_encode(model, ids, texts, tmp_path, "t", memmap_threshold=threshold, **KW)).copy()
+    [path] = (tmp_path / "embeddings").iterdir()
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])  # e.g. copied or written by a tool that was interrupted
+    with caplog.at_level(logging.WARNING, logger="multipos.retrieval"):
+        emb = cached_encode(model, ids, texts, tmp_path, "t", memmap_threshold=threshold, **KW)
+    assert "unreadable" in caplog.text
+    np.testing.assert_array_equal(np.asarray(emb), ref)
+    assert path.read_bytes() == data  # rebuilt in place
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]

@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import json
+import logging
+import math
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 from transformers import AutoModel, AutoTokenizer
 
+from multipos import atomic
 from multipos.assets import resolve_model
+
+log = logging.getLogger(__name__)
 
 POOLINGS = ("cls", "mean")
 _CONFIG_FILE = "multipos_encoder.json"
+#: Settings saved to ``multipos_encoder.json`` and their defaults when neither the checkpoint nor the caller sets them.
+_DEFAULTS = {"pooling": "cls", "normalize": False, "temperature": 1.0, "shared": True}
+_CASTS = {"pooling": str, "normalize": bool, "temperature": float, "shared": bool}
+#: Oldest sentence-transformers release that reads every key written by :meth:`DualEncoder.save_pretrained`
+#: (``similarity_fn_name`` appeared in 3.0); later releases read the same folders.
+_ST_FORMAT_VERSION = "3.0.0"
 
 
 def pool(hidden: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:
@@ -28,13 +39,88 @@ def pool(hidden: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:
     raise ValueError(f"unknown pooling {pooling!r} (model.pooling); allowed: {', '.join(POOLINGS)}")
 
 
+def _dtype_kwarg() -> str:
+    """Name of ``from_pretrained``'s dtype argument: ``dtype`` from transformers 4.56 on, ``torch_dtype`` before."""
+    import transformers
+    from packaging.version import Version
+
+    return "dtype" if Version(transformers.__version__).release >= (4, 56) else "torch_dtype"
+
+
+def sentence_transformers_settings(path: str | Path) -> dict:
+    """``pooling`` and ``normalize`` of a sentence-transformers folder (``modules.json`` with a CLS or mean
+    ``Pooling`` module, optionally followed by ``Normalize``); ``{}`` for anything else (no folder, no
+    ``modules.json``, another pooling mode). All-MiniLM-L6-v2 gives ``{"pooling": "mean", "normalize": True}``."""
+    folder = Path(path)
+    try:
+        modules = json.loads((folder / "modules.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    out: dict = {}
+    for module in modules if isinstance(modules, list) else ():
+        kind = str(module.get("type", ""))
+        if kind.endswith("Pooling"):
+            try:
+                cfg = json.loads((folder / module.get("path", "") / "config.json").read_text())
+            except (OSError, ValueError):
+                return {}
+            mode = cfg.get("pooling_mode")  # sentence-transformers ≥ 6
+            if mode is None:  # ≤ 5: one boolean per mode
+                on = [k for k, v in cfg.items() if k.startswith("pooling_mode_") and v is True]
+                mode = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean"}.get(on[0]) if len(on) == 1 else None
+            if mode not in POOLINGS:
+                return {}
+            out["pooling"] = mode
+        elif kind.endswith("Normalize"):
+            out["normalize"] = True
+    if "pooling" not in out:
+        return {}
+    out.setdefault("normalize", False)
+    return out
+
+
+def _same(field: str, a, b) -> bool:
+    if field == "temperature":
+        return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=0.0)
+    return _CASTS[field](a) == _CASTS[field](b)
+
+
+def _resolve_settings(path: str, given: dict, prefer_saved: bool) -> dict:
+    """pooling/normalize/temperature/shared from the caller (``given``, None = unset), the checkpoint's
+    ``multipos_encoder.json`` and its sentence-transformers files; see :class:`DualEncoder`."""
+    saved_file = Path(path, _CONFIG_FILE)
+    saved = json.loads(saved_file.read_text()) if saved_file.is_file() else {}
+    untied = Path(path, "query_encoder")
+    st = sentence_transformers_settings(untied if untied.is_dir() else path)
+    out = {}
+    for field, default in _DEFAULTS.items():
+        value, stored = given[field], saved.get(field)
+        if stored is None:
+            chosen = value if value is not None else st.get(field, default)
+        elif value is None or _same(field, value, stored):
+            chosen = stored
+        elif prefer_saved:
+            log.warning("model.%s=%s (config) differs from %s saved in %s: using the saved value; set "
+                        "model.prefer_saved=false to force the config", field, value, stored, saved_file)
+            chosen = stored
+        else:
+            log.warning("model.%s=%s (config) differs from %s saved in %s: using the config value "
+                        "(model.prefer_saved=false)", field, value, stored, saved_file)
+            chosen = value
+        out[field] = _CASTS[field](chosen)
+    return out
+
+
+def _write_json(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=2) + "\n")
+
+
 class DualEncoder(nn.Module):
     """Query and passage encoders with s(q, d) = ⟨E_q(q), E_d(d)⟩ / τ.
 
     Args:
-        name_or_path: HF checkpoint folder, bare asset name or hub id (see :func:`resolve_model`);
-            a folder saved by :meth:`save_pretrained` restores pooling/normalisation/temperature
-            unless they are given explicitly.
+        name_or_path: HF checkpoint folder, bare asset name or hub id (see :func:`resolve_model`).
         pooling: ``cls`` or ``mean``.
         normalize: L2-normalise embeddings (cosine similarity).
         temperature: τ > 0; scores are divided by it (1.0 = raw dot product).
@@ -45,6 +131,38 @@ class DualEncoder(nn.Module):
             about half of MiniLM's training forward pass on CPU (the full-step benchmark in
             ``bench/`` showed a smaller difference).
         hidden_dropout: override the checkpoint's hidden-state dropout (None = keep).
+        prefer_saved: when the checkpoint folder has ``multipos_encoder.json`` (written by
+            :meth:`save_pretrained`), its pooling/normalize/temperature/shared win over the values given
+            here (each difference is logged as a warning naming the field, both values and the file).
+            False: the values given here win (None still means "the saved value").
+        trust_remote_code: passed to ``AutoModel``/``AutoTokenizer``; off unless configured.
+
+    Where the settings come from, per field: the saved ``multipos_encoder.json`` (or the argument, with
+    ``prefer_saved=False``), else the argument, else the checkpoint's sentence-transformers files
+    (``modules.json`` + ``1_Pooling``/``Normalize``: mean + L2 for all-MiniLM-L6-v2), else cls / no
+    normalisation / τ 1.0 / shared.
+
+    Weights are always loaded in float32 (``dtype=torch.float32``; transformers ≥ 5 would otherwise keep the
+    dtype a checkpoint was saved in, and an fp16/bf16 checkpoint then fails on CPU): mixed precision is
+    autocast's job (``trainer.precision``, ``eval.bf16``).
+
+    Saved folders (:meth:`save_pretrained`) are Hugging Face *and* sentence-transformers folders:
+
+    * shared encoder: ``model/`` itself is the checkpoint. ``AutoModel.from_pretrained("model/")`` and
+      ``AutoTokenizer.from_pretrained("model/")`` load the encoder; ``SentenceTransformer("model/")`` gives
+      the same embeddings as :meth:`encode_passages` (pooling, L2 normalisation; ``max_seq_length`` =
+      ``passage_max_length``: for queries set ``st.max_seq_length = query_max_length`` to match
+      :meth:`encode_queries` on long queries). ``DualEncoder("model/")`` restores everything.
+    * untied encoders (``shared=False``): ``model/`` holds only ``multipos_encoder.json`` and two complete
+      folders, ``model/query_encoder/`` (``max_seq_length`` = ``query_max_length``) and
+      ``model/passage_encoder/`` (``passage_max_length``); ``AutoModel.from_pretrained("model/")`` and
+      ``SentenceTransformer("model/")`` do **not** work on the parent: load each side from its subfolder
+      (``SentenceTransformer("model/query_encoder")`` for queries, ``SentenceTransformer("model/passage_encoder")``
+      for passages, likewise ``AutoModel``/``AutoTokenizer``). ``DualEncoder("model/")`` loads both.
+
+    τ is not part of sentence-transformers embeddings: its similarity (``similarity_fn_name``: ``dot``, or
+    ``cosine`` with normalisation) is multipos's score times τ, so scores differ by the constant factor 1/τ
+    but rankings are the same.
 
     Raises: ValueError for an unknown pooling or τ ≤ 0.
     """
@@ -60,16 +178,17 @@ class DualEncoder(nn.Module):
         passage_max_length: int = 128,
         attention_dropout: float | None = None,
         hidden_dropout: float | None = None,
+        prefer_saved: bool = True,
+        trust_remote_code: bool = False,
     ):
         super().__init__()
         path = resolve_model(name_or_path)
-        saved = {}
-        if Path(path, _CONFIG_FILE).is_file():
-            saved = json.loads(Path(path, _CONFIG_FILE).read_text())
-        self.pooling = pooling if pooling is not None else saved.get("pooling", "cls")
-        self.normalize = bool(normalize if normalize is not None else saved.get("normalize", False))
-        self.temperature = float(temperature if temperature is not None else saved.get("temperature", 1.0))
-        self.shared = bool(shared if shared is not None else saved.get("shared", True))
+        given = {"pooling": pooling, "normalize": normalize, "temperature": temperature, "shared": shared}
+        settings = _resolve_settings(path, given, prefer_saved)
+        self.pooling = settings["pooling"]
+        self.normalize = settings["normalize"]
+        self.temperature = settings["temperature"]
+        self.shared = settings["shared"]
         if self.pooling not in POOLINGS:
             raise ValueError(f"unknown pooling {self.pooling!r} (model.pooling); allowed: {', '.join(POOLINGS)}")
         if self.temperature <= 0:
@@ -77,21 +196,24 @@ class DualEncoder(nn.Module):
         self.query_max_length = query_max_length
         self.passage_max_length = passage_max_length
         self.name_or_path = path
+        self.prefer_saved = prefer_saved
+        self.trust_remote_code = trust_remote_code
         untied_saved = Path(path, "query_encoder").is_dir()
-        overrides = {}
+        kwargs = {_dtype_kwarg(): torch.float32, "trust_remote_code": trust_remote_code}
         if attention_dropout is not None:
-            overrides["attention_probs_dropout_prob"] = attention_dropout
+            kwargs["attention_probs_dropout_prob"] = attention_dropout
         if hidden_dropout is not None:
-            overrides["hidden_dropout_prob"] = hidden_dropout
-        self.query_encoder = AutoModel.from_pretrained(str(Path(path, "query_encoder")) if untied_saved else path, **overrides)
+            kwargs["hidden_dropout_prob"] = hidden_dropout
+        query_path = str(Path(path, "query_encoder")) if untied_saved else path
+        self.query_encoder = AutoModel.from_pretrained(query_path, **kwargs)
         if self.shared:
             self.passage_encoder = self.query_encoder
         else:
             self.passage_encoder = AutoModel.from_pretrained(
-                str(Path(path, "passage_encoder")) if untied_saved else path, **overrides)
+                str(Path(path, "passage_encoder")) if untied_saved else path, **kwargs)
         # from_pretrained returns eval mode; training must turn dropout back on (MACHINE-NOTES).
         self.train()
-        self.tokenizer = AutoTokenizer.from_pretrained(str(Path(path, "query_encoder")) if untied_saved else path)
+        self.tokenizer = AutoTokenizer.from_pretrained(query_path, trust_remote_code=trust_remote_code)
 
     @property
     def hidden_size(self) -> int:
@@ -122,31 +244,85 @@ class DualEncoder(nn.Module):
             max_length = self.query_max_length if kind == "query" else self.passage_max_length
         return self.tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
 
+    def _save_side(self, folder: Path, encoder: nn.Module, max_length: int) -> None:
+        """One encoder + tokenizer as a folder that is both a HF checkpoint and a sentence-transformers model."""
+        encoder.save_pretrained(folder)
+        self.tokenizer.save_pretrained(folder)
+        # the legacy (sentence-transformers 2–5) file layout, which 6.x still reads
+        modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                   {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+        if self.normalize:
+            modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+            (folder / "2_Normalize").mkdir(exist_ok=True)
+        _write_json(folder / "modules.json", modules)
+        _write_json(folder / "sentence_bert_config.json", {"max_seq_length": int(max_length), "do_lower_case": False})
+        _write_json(folder / "1_Pooling" / "config.json", {
+            "word_embedding_dimension": int(encoder.config.hidden_size),
+            "pooling_mode_cls_token": self.pooling == "cls",
+            "pooling_mode_mean_tokens": self.pooling == "mean",
+            "pooling_mode_max_tokens": False,
+            "pooling_mode_mean_sqrt_len_tokens": False,
+            "pooling_mode_weightedmean_tokens": False,
+            "pooling_mode_lasttoken": False,
+            "include_prompt": True,
+        })
+        import transformers
+
+        _write_json(folder / "config_sentence_transformers.json", {
+            "__version__": {"sentence_transformers": _ST_FORMAT_VERSION, "transformers": transformers.__version__,
+                            "pytorch": torch.__version__},
+            "prompts": {},
+            "default_prompt_name": None,
+            # τ is not part of the embeddings: multipos scores are these similarities / τ (same ranking)
+            "similarity_fn_name": "cosine" if self.normalize else "dot",
+        })
+
     def save_pretrained(self, path: str | Path) -> None:
-        """Save in HF format (loadable by ``AutoModel``/``AutoTokenizer``); untied encoders go to
-        ``query_encoder/`` and ``passage_encoder/``. Pooling, normalisation and τ go to
-        ``multipos_encoder.json``."""
+        """Save as a Hugging Face + sentence-transformers folder (layout: see the class docstring).
+
+        Shared encoder: ``path`` is loadable by ``AutoModel``/``AutoTokenizer``/``SentenceTransformer``.
+        Untied encoders: ``path/query_encoder/`` and ``path/passage_encoder/`` are, each on its own; ``path``
+        itself is not. Pooling, normalisation, τ and ``shared`` go to ``multipos_encoder.json``.
+
+        The folder is written to ``<path>.tmp-<pid>`` and renamed to ``path`` when complete (an existing
+        ``path`` is moved aside first and removed afterwards; :func:`multipos.atomic.replace_dir`), so ``path``
+        is never a half-written model.
+        Raises FileExistsError when ``path`` is a file or a non-empty folder that is not a saved model.
+        """
         path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        if self.shared:
-            self.query_encoder.save_pretrained(path)
-            self.tokenizer.save_pretrained(path)
-        else:
-            for sub, enc in (("query_encoder", self.query_encoder), ("passage_encoder", self.passage_encoder)):
-                enc.save_pretrained(path / sub)
-                self.tokenizer.save_pretrained(path / sub)
-        meta = {"pooling": self.pooling, "normalize": self.normalize, "temperature": self.temperature, "shared": self.shared}
-        (path / _CONFIG_FILE).write_text(json.dumps(meta, indent=2))
+        if path.exists() and not path.is_dir():
+            raise FileExistsError(f"{path} exists and is not a folder; not replacing it with a model")
+        if path.is_dir() and any(path.iterdir()) and not any(
+                (path / f).exists() for f in (_CONFIG_FILE, "config.json", "modules.json")):
+            raise FileExistsError(f"{path} is a non-empty folder that is not a saved model; not replacing it")
+        with atomic.replace_dir(path) as tmp:  # <path>.tmp-<pid>, renamed over path once complete
+            if self.shared:
+                self._save_side(tmp, self.query_encoder, self.passage_max_length)
+            else:
+                self._save_side(tmp / "query_encoder", self.query_encoder, self.query_max_length)
+                self._save_side(tmp / "passage_encoder", self.passage_encoder, self.passage_max_length)
+            meta = {"pooling": self.pooling, "normalize": self.normalize, "temperature": self.temperature,
+                    "shared": self.shared}
+            _write_json(tmp / _CONFIG_FILE, meta)
 
     @torch.no_grad()
-    def fingerprint(self) -> str:
-        """Cheap content hash of the passage encoder weights (for embedding caches)."""
+    def fingerprint(self, include_query: bool = False) -> str:
+        """Cheap content hash of the passage encoder weights and pooling/normalisation (for embedding caches).
+
+        ``include_query``: also hash the query encoder when it is untied (for caches of query-and-passage
+        scores, e.g. teacher orderings); with a shared encoder the result is the same either way.
+        """
         import hashlib
 
         h = hashlib.sha1()
-        for name, t in sorted(self.passage_encoder.state_dict().items()):
-            h.update(name.encode())
-            flat = t.detach().float().flatten()
-            h.update(flat[:: max(1, flat.numel() // 64)].cpu().numpy().tobytes())
+        encoders = [self.passage_encoder]
+        if include_query and self.query_encoder is not self.passage_encoder:
+            encoders.append(self.query_encoder)
+        for i, encoder in enumerate(encoders):
+            prefix = "query." if i else ""
+            for name, t in sorted(encoder.state_dict().items()):
+                h.update((prefix + name).encode())
+                flat = t.detach().float().flatten()
+                h.update(flat[:: max(1, flat.numel() // 64)].cpu().numpy().tobytes())
         h.update(f"{self.pooling}{self.normalize}".encode())
         return h.hexdigest()[:16]

@@ -19,6 +19,7 @@ import logging
 import os
 from pathlib import Path
 
+from multipos import atomic
 from multipos.assets import cache_dir, resolve_dataset
 from multipos.groups import TrainQuery
 from multipos.readers import (Corpus, DataFormatError, check_qrels_ids, load_tevatron_hf, read_corpus,
@@ -33,12 +34,12 @@ def _cache_json(name: str, settings: dict, compute):
     key = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
     path = cache_dir() / name / f"{key}.json"
     if path.is_file():
-        return json.loads(path.read_text())["value"]
+        try:
+            return json.loads(path.read_text())["value"]
+        except (json.JSONDecodeError, KeyError, UnicodeDecodeError):
+            log.warning("cache file %s is damaged (interrupted write?): rebuilding it", path)
     value = compute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"settings": settings, "value": value}))
-    os.replace(tmp, path)
+    atomic.write_json(path, {"settings": settings, "value": value}, indent=None)
     return value
 
 
@@ -62,21 +63,31 @@ def mine_bm25_negatives(corpus: Corpus, queries: dict[str, str], judged: dict[st
 
 
 def teacher_order(queries: list[TrainQuery], query_texts: dict[str, str], corpus: Corpus, teacher: str,
-                  source: str, query_max_length: int = 32, passage_max_length: int = 256) -> None:
+                  source: str, query_max_length: int = 32, passage_max_length: int = 256, *,
+                  pooling: str | None = None, normalize: bool | None = None,
+                  trust_remote_code: bool = False) -> None:
     """Reorder each query's gold and silver positives by descending teacher score (in place). Cached.
 
-    ``teacher`` is a checkpoint name/path loaded as a :class:`~multipos.model.DualEncoder` with its
-    saved pooling/normalisation (mean + L2 for MiniLM).
+    ``teacher`` is a checkpoint name/path loaded as a :class:`~multipos.model.DualEncoder` with the
+    checkpoint's own settings: the pooling/normalisation saved in its ``multipos_encoder.json``, else
+    ``pooling`` / ``normalize`` (pass the model config's ``model.pooling`` / ``model.normalize``), else those
+    of its sentence-transformers files (mean + L2 for all-MiniLM-L6-v2), else the DualEncoder defaults.
+
+    The cache key holds the teacher's weights and settings (:meth:`DualEncoder.fingerprint` over both
+    encoders, pooling and normalisation), not only its name: a retrained checkpoint at the same path, or
+    another model under the same name, is scored anew. Loading the teacher is therefore not skipped on
+    a cache hit (the encoding is).
     """
+    from multipos.model import DualEncoder
+    from multipos.retrieval import encode
+
+    model = DualEncoder(teacher, pooling=pooling, normalize=normalize, query_max_length=query_max_length,
+                        passage_max_length=passage_max_length, trust_remote_code=trust_remote_code)
 
     def compute():
-        from multipos.model import DualEncoder
-        from multipos.retrieval import encode
-
-        model = DualEncoder(teacher, pooling="mean", normalize=True, query_max_length=query_max_length,
-                            passage_max_length=passage_max_length)
         pids = sorted({p for q in queries for p in (*q.gold, *q.silver)})
-        log.info("teacher ordering: encoding %d positives and %d queries with %s", len(pids), len(queries), teacher)
+        log.info("teacher ordering: encoding %d positives and %d queries with %s (%s pooling%s)", len(pids),
+                 len(queries), teacher, model.pooling, ", L2" if model.normalize else "")
         p_emb = encode(model, corpus.texts(pids), "passage")
         q_emb = encode(model, [query_texts[q.query_id] for q in queries], "query")
         row = {p: i for i, p in enumerate(pids)}
@@ -85,7 +96,9 @@ def teacher_order(queries: list[TrainQuery], query_texts: dict[str, str], corpus
             out[q.query_id] = {p: float(q_emb[i] @ p_emb[row[p]]) for p in (*q.gold, *q.silver)}
         return out
 
-    settings = {"source": source, "teacher": teacher, "queries": len(queries), "lq": query_max_length, "lp": passage_max_length}
+    settings = {"source": source, "teacher": teacher, "teacher_weights": model.fingerprint(include_query=True),
+                "pooling": model.pooling, "normalize": model.normalize, "queries": len(queries),
+                "lq": query_max_length, "lp": passage_max_length}
     scores = _cache_json("teacher_scores", settings, compute)
     for q in queries:
         s = scores[q.query_id]
@@ -102,6 +115,8 @@ class BeirGradedSource:
         gold_grade: grade of gold (human) positives; silver_grade: grade of silver positives.
         negative_depth: BM25 top-k mined per query (judged passages removed).
         ordering: ``given`` (qrels file order) or ``teacher``; teacher: checkpoint for ``teacher``.
+        teacher_pooling, teacher_normalize: the teacher's pooling and L2 when its checkpoint saved none
+            (the data configs pass the model config's).
         max_queries: keep only the first N queries (smoke tests); None = all.
 
     Raises: DataFormatError for qrels naming unknown ids, ValueError for an unknown ordering.
@@ -109,7 +124,8 @@ class BeirGradedSource:
 
     def __init__(self, path: str, qrels_file: str, gold_grade: int = 2, silver_grade: int = 1,
                  negative_depth: int = 100, ordering: str = "given", teacher: str | None = None,
-                 max_queries: int | None = None):
+                 max_queries: int | None = None, teacher_pooling: str | None = None,
+                 teacher_normalize: bool | None = None):
         if ordering not in ORDERINGS:
             raise ValueError(f"unknown data.source.ordering {ordering!r}; allowed: {', '.join(ORDERINGS)}")
         if ordering == "teacher" and not teacher:
@@ -118,6 +134,7 @@ class BeirGradedSource:
         self.gold_grade, self.silver_grade = gold_grade, silver_grade
         self.negative_depth, self.ordering, self.teacher = negative_depth, ordering, teacher
         self.max_queries = max_queries
+        self.teacher_pooling, self.teacher_normalize = teacher_pooling, teacher_normalize
 
     def load(self) -> tuple[Corpus, list[TrainQuery]]:
         folder = resolve_dataset(self.path)
@@ -139,7 +156,8 @@ class BeirGradedSource:
         for q in queries:
             q.negatives = negatives.get(q.query_id, [])
         if self.ordering == "teacher":
-            teacher_order(queries, texts, corpus, self.teacher, tag)
+            teacher_order(queries, texts, corpus, self.teacher, tag, pooling=self.teacher_pooling,
+                          normalize=self.teacher_normalize)
         return corpus, queries
 
 
