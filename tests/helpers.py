@@ -8,6 +8,7 @@ from hydra import compose, initialize_config_dir
 
 import multipos  # noqa: F401  (registers resolvers)
 
+REPO = Path(__file__).resolve().parents[1]
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 
 

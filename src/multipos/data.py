@@ -19,7 +19,8 @@ class Batch:
     """One training batch (B queries, G passages each).
 
     query: tokenizer output, tensors [B, Lq]; passages: tokenizer output, [B·G, Lp];
-    positive_mask / negative_mask: bool [B, B·G] (see :func:`multipos.groups.group_masks`).
+    positive_mask / negative_mask: bool [B, B·G] (see :func:`multipos.groups.group_masks`);
+    query_ids: [B]; passage_ids: [B·G], the id of each column.
     """
 
     query: dict[str, torch.Tensor]
@@ -27,10 +28,12 @@ class Batch:
     positive_mask: torch.Tensor
     negative_mask: torch.Tensor
     query_ids: list[str]
+    passage_ids: list[str] = None
 
     def to(self, device) -> "Batch":
         mv = lambda d: {k: v.to(device) for k, v in d.items()}  # noqa: E731
-        return Batch(mv(self.query), mv(self.passages), self.positive_mask.to(device), self.negative_mask.to(device), self.query_ids)
+        return Batch(mv(self.query), mv(self.passages), self.positive_mask.to(device), self.negative_mask.to(device),
+                     self.query_ids, self.passage_ids)
 
 
 class GroupDataset(Dataset):
@@ -244,7 +247,8 @@ class MultiPosDataModule(L.LightningDataModule):
                            max_length=self.query_max_length, return_tensors="pt")
         texts = [self.corpus[p].full_text() for g in groups for p in g.passage_ids]
         p = self.tokenizer(texts, padding=True, truncation=True, max_length=self.passage_max_length, return_tensors="pt")
-        return Batch(dict(q), dict(p), positive_mask, negative_mask, [g.query_id for g in groups])
+        return Batch(dict(q), dict(p), positive_mask, negative_mask, [g.query_id for g in groups],
+                     [p for g in groups for p in g.passage_ids])
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx):
         return batch.to(device) if isinstance(batch, Batch) else super().transfer_batch_to_device(batch, device, dataloader_idx)
@@ -255,6 +259,8 @@ class MultiPosDataModule(L.LightningDataModule):
             sampler.set_epoch(self.trainer.current_epoch)
         trainer = self.trainer
         progress = (lambda: trainer.fit_loop.epoch_loop.batch_progress.current.processed) if trainer is not None else None
+        # its own generator: creating the iterator draws no number from the global RNG (dropout after a resume)
         return ResumableLoader(self.dataset, batch_size=self.batch_size, sampler=sampler,
                                drop_last=len(self.dataset) >= self.batch_size, collate_fn=self.collate,
-                               num_workers=self.num_workers, progress=progress)
+                               num_workers=self.num_workers, progress=progress,
+                               generator=torch.Generator().manual_seed(self.seed))

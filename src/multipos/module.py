@@ -91,8 +91,9 @@ class RetrieverModule(L.LightningModule):
                 g["lr"] = g["initial_lr"] = lr
         if self.scheduler_factory is None:
             return opt
-        steps = max(1, int(self.trainer.estimated_stepping_batches))
-        total = max(steps, int(self.schedule_total or 0))
+        # a known schedule length avoids estimated_stepping_batches, which builds the train dataloader before a
+        # checkpoint's dataloader state is restored (a mid-epoch resume would then replay the epoch's start)
+        total = int(self.schedule_total) if self.schedule_total else max(1, int(self.trainer.estimated_stepping_batches))
         sched = self.scheduler_factory(opt, num_warmup_steps=int(self.warmup_ratio * total), num_training_steps=total)
         if self.schedule_offset:
             with warnings.catch_warnings():  # fast-forward a continued schedule: no optimizer step is meant

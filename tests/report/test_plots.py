@@ -1,4 +1,4 @@
-"""Tests for the positive–negative ratio ablation plot of multipos.report (hand-built run dirs, no assets)."""
+"""Tests for multipos.report.plots: the positive–negative ratio ablation plot (hand-built run dirs, no assets)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 
 from multipos import report
-from multipos.report import collect, load_run, main, plot_ratio_ablation, ratio_ablation_figure, ratio_ablation_points
-
-SET = "nfcorpus_test"
-from tests.test_report import CONFIG  # noqa: E402  (the same fake .hydra/config.yaml layout)
+from multipos.report import (collect, load_run, main, plot_ratio_ablation, plots, ratio_ablation_figure,
+                             ratio_ablation_points)
+from tests.report.fakes import CONFIG, SET  # the same fake .hydra/config.yaml layout
 
 
 def make_run(root: Path, name: str, objective: str, metrics: dict, G: int | None = 8, M: int | None = 4,
@@ -125,7 +124,7 @@ def test_plot_logs_to_wandb_run(sweep, tmp_path, monkeypatch):
 
     runs = collect([sweep], require_per_query=False)
     seen = []
-    monkeypatch.setattr(report, "_wandb_image", lambda fig: seen.append(fig) or ("image", fig))
+    monkeypatch.setattr(plots, "_wandb_image", lambda fig: seen.append(fig) or ("image", fig))
     stub = StubRun()
     plot_ratio_ablation(runs, SET, ["ndcg@10"], out_png=tmp_path / "r.png", wandb_run=stub)
     assert len(stub.calls) == 1

@@ -1,0 +1,229 @@
+"""A study's result files from its sweep directory: ``python -m multipos.report.render <sweep dir>``.
+
+The layout comes from the ``report:`` node that the experiment config (``conf/experiment/<study>.yaml``)
+puts into every run's composed config::
+
+    report:
+      name: table2_homogeneous     # output stem: <out>/<name>.md, <name>.tex (and <name>.png with a plot)
+      title: "Table 2: ..."        # table caption
+      kind: table                  # table (default) | trials (one row per run, e.g. a recipe search)
+      row_key: objective           # as render_table's row_key, e.g. "objective,G,M"
+      columns: [nfcorpus_test:ndcg@10, trec_dl19:ndcg@10]   # SET:METRIC
+      plot: null                   # or {kind: ratio_ablation, eval_set: nfcorpus_test, metrics: [ndcg@10]}
+      notes: ""                    # free text under the table
+
+Only complete runs (with ``metrics.json``) are tabulated; incomplete run directories are named in a
+warning and in the notes. A ``table`` aggregates seeds and carries floor rows and significance markers
+(:func:`multipos.report.tables.render_table`); ``trials`` lists every run sorted by the optimised metric
+(``optimized_metric``, else the first column), with its sweep overrides, metrics, wall time and device.
+Both end with a provenance line generated from the runs (count, seeds, sweep, wall time, device).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import warnings
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from multipos import atomic
+from multipos.report.plots import PLOT_METRICS, ratio_ablation_figure
+from multipos.report.runs import RunResult, config_node, load_run, override_map, read_json
+from multipos.report.seeds import config_difference, group_seeds, sort_seeds
+from multipos.report.significance import DEFAULT_BASELINES
+from multipos.report.tables import PER_RUN_KEYS, metric_label, parse_column, render_grid, render_table, row_label
+
+KINDS = ("table", "trials")
+PLOT_KINDS = ("ratio_ablation",)
+
+
+def find_run_dirs(sweep_dir: str | Path) -> tuple[list[Path], list[Path]]:
+    """``(complete, incomplete)`` run directories under ``sweep_dir`` (any depth, sorted): directories
+    holding ``.hydra/config.yaml``; complete ones also hold ``metrics.json``."""
+    sweep = Path(sweep_dir)
+    if not sweep.is_dir():
+        raise FileNotFoundError(f"{sweep}: no such sweep directory")
+    dirs = sorted({p.parent.parent for p in sweep.rglob("config.yaml") if p.parent.name == ".hydra"})
+    complete = [d for d in dirs if (d / "metrics.json").is_file()]
+    return complete, [d for d in dirs if d not in complete]
+
+
+def run_info(run_dir: Path) -> dict:
+    """``run_info.json`` of a run (``{}`` when absent)."""
+    path = Path(run_dir) / "run_info.json"
+    info = read_json(path) if path.is_file() else {}
+    return info if isinstance(info, Mapping) else {}
+
+
+def read_spec(dirs: Sequence[Path]) -> dict:
+    """The ``report`` node of the first run's config, checked: every run of ``dirs`` must agree on
+    ``report.name`` (``ValueError`` naming two disagreeing directories)."""
+    names = [(d, config_node(d, "report.name")) for d in dirs]
+    for d, n in names[1:]:
+        if n != names[0][1]:
+            raise ValueError(f"runs disagree on report.name: {names[0][0]} has {names[0][1]!r}, {d} has {n!r}")
+    cfg = dirs[0] / ".hydra" / "config.yaml"
+    spec = config_node(dirs[0], "report")
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"{cfg}: no `report:` node (the experiment config sets it: name, title, row_key, columns)")
+    defaults = {"title": None, "kind": "table", "row_key": "objective", "plot": None, "notes": ""}
+    spec = {**defaults, **{k: v for k, v in spec.items() if v is not None}}
+    if not spec.get("name") or not spec.get("columns") or isinstance(spec["columns"], str):
+        raise ValueError(f"{cfg}: report needs a name and a list of SET:METRIC columns, got {dict(spec)}")
+    if spec["kind"] not in KINDS:
+        raise ValueError(f"{cfg}: unknown report.kind {spec['kind']!r} (choose from {', '.join(KINDS)})")
+    plot = spec["plot"]
+    if plot is not None and (not isinstance(plot, Mapping) or plot.get("kind") not in PLOT_KINDS
+                             or not plot.get("eval_set")):
+        raise ValueError(f"{cfg}: report.plot must be null or {{kind: ratio_ablation, eval_set: SET, "
+                         f"metrics: [...]}}, got {plot!r}")
+    return spec
+
+
+def _duration(s: float) -> str:
+    return f"{s:.0f} s" if s < 90 else f"{s / 60:.1f} min" if s < 5400 else f"{s / 3600:.2f} h"
+
+
+def provenance(sweep: Path, runs: Sequence[RunResult], infos: Sequence[Mapping], rows: int | None = None) -> str:
+    """One line: number of runs (and rows), seeds, sweep name, wall time (total and mean per run, from
+    ``run_info.json`` ``wall_s``, left out when no run has it) and device(s) (``run_info.json`` ``device``)."""
+    seeds = sort_seeds({r.config.get("seed") for r in runs if r.config.get("seed") is not None})
+    parts = [f"{len(runs)} run{'s' * (len(runs) != 1)}" + (f" ({rows} rows)" if rows is not None else "")
+             + f" in sweep `{sweep.resolve().name}`"]
+    if seeds:
+        parts.append(f"seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}")
+    walls = [float(i["wall_s"]) for i in infos if isinstance(i.get("wall_s"), (int, float))]
+    if walls:
+        over = f" (over {len(walls)} of {len(runs)} runs)" if len(walls) < len(runs) else ""
+        parts.append(f"wall time {_duration(math.fsum(walls))} in total, {_duration(math.fsum(walls) / len(walls))} "
+                     f"per run{over}")
+    devices = list(dict.fromkeys(str(i["device"]) for i in infos if i.get("device")))
+    if devices:
+        parts.append(f"device{'s' * (len(devices) > 1)}: {', '.join(devices)}")
+    return "Provenance: " + "; ".join(parts) + "."
+
+
+def _label_clashes(runs: Sequence[RunResult], row_key: str, sweep: Path) -> list[str]:
+    """Notes (and warnings) for rows that share a label although their configs differ, e.g. seeds that were run
+    with another configuration and so did not join their row."""
+    firsts: dict[str, RunResult] = {}
+    notes = []
+    for g in group_seeds(runs):
+        label = row_label(g, row_key)
+        if label in firsts:
+            diff = config_difference(firsts[label], g.first)
+            notes.append(f"rows labelled {label!r} differ in {', '.join(diff[:5]) or 'nothing'}"
+                         f"{' …' if len(diff) > 5 else ''} (`{firsts[label].path.relative_to(sweep)}` vs "
+                         f"`{g.path.relative_to(sweep)}`)")
+        firsts.setdefault(label, g.first)
+    for note in notes:
+        warnings.warn(note, stacklevel=3)
+    return notes
+
+
+def _table(spec: Mapping, runs: list[RunResult], sweep: Path) -> tuple[str, str, list[str]]:
+    cols = [parse_column(c) for c in spec["columns"]]
+    for r in runs:
+        for s, m in cols:
+            r.value(s, m)
+    present = {r.objective for r in runs}
+    baselines = tuple(b if b in present else None for b in DEFAULT_BASELINES)
+    sig = any(s in r.per_query for r in runs for s, _ in cols)
+    kw = dict(columns=cols, row_key=spec["row_key"], baselines=baselines, title=spec["title"], significance=sig)
+    md, tex = (render_table(runs, fmt=f, **kw) for f in ("markdown", "latex"))
+    per_run = any(p.strip() in PER_RUN_KEYS for p in str(spec["row_key"]).split(","))
+    return md, tex, [] if per_run else _label_clashes(runs, spec["row_key"], sweep)
+
+
+def _trials(spec: Mapping, runs: list[RunResult], infos: list[Mapping], first: Path) -> tuple[str, str, list[str]]:
+    cols = [parse_column(c) for c in spec["columns"]]
+    opt = config_node(first, "optimized_metric")
+    key = tuple(str(opt).split("/", 1)) if opt and "/" in str(opt) else cols[0]
+    cols = cols if key in cols else [key, *cols]
+    order = sorted(range(len(runs)), key=lambda i: (-runs[i].value(*key), str(runs[i].path)))
+    ovs = [override_map(r.overrides) for r in runs]
+    keys = list(dict.fromkeys(k for o in ovs for k in o))
+    varying = [k for k in keys if len(runs) == 1 or len({o.get(k) for o in ovs}) > 1]
+    common = [f"{k}={ovs[0][k]}" for k in keys if k not in varying]
+    header = ["#", *varying, *(f"{s} {metric_label(m)}" for s, m in cols), "wall time", "device"]
+    rows = []
+    for n, i in enumerate(order, 1):
+        wall = infos[i].get("wall_s")
+        rows.append([str(n), *(ovs[i].get(k, "—") for k in varying), *(f"{runs[i].value(s, m):.4f}" for s, m in cols),
+                     _duration(float(wall)) if isinstance(wall, (int, float)) else "—",
+                     str(infos[i].get("device") or "—")])
+    align = "r" + "l" * len(varying) + "r" * len(cols) + "rl"
+    md, tex = (render_grid(header, rows, f, title=spec["title"], align=align) for f in ("markdown", "latex"))
+    notes = [f"Sorted by {key[0]} {metric_label(key[1])} (descending)."]
+    if common:
+        notes.append("Overrides common to every run: " + " ".join(f"`{c}`" for c in common) + ".")
+    return md, tex, notes
+
+
+def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results", name: str | None = None) -> str:
+    """Render the study in ``sweep_dir`` to ``<out>/<name>.md`` and ``.tex`` (and ``.png`` with a plot).
+
+    ``name`` replaces ``report.name`` as the output stem. Files are written atomically (temporary
+    sibling, then ``os.replace``). Returns the Markdown text. Raises ``FileNotFoundError`` when the sweep
+    holds no complete run, ``ValueError`` for a missing / malformed ``report`` node, runs disagreeing on
+    ``report.name``, or anything :func:`~multipos.report.tables.render_table` rejects; warns (``UserWarning``)
+    about incomplete run directories.
+    """
+    sweep = Path(sweep_dir)
+    complete, incomplete = find_run_dirs(sweep)
+    if not complete:
+        raise FileNotFoundError(f"{sweep}: no complete run (run directory with .hydra/config.yaml and metrics.json)"
+                                + (f"; {len(incomplete)} incomplete" if incomplete else ""))
+    spec = read_spec(complete + incomplete)
+    stem = name or str(spec["name"])
+    runs = [load_run(d, require_per_query=False) for d in complete]
+    infos = [run_info(d) for d in complete]
+    if spec["kind"] == "trials":
+        md, tex, notes = _trials(spec, runs, infos, complete[0])
+    else:
+        md, tex, notes = _table(spec, runs, sweep)
+    if spec["notes"]:
+        notes.insert(0, str(spec["notes"]).strip())
+    if incomplete:
+        rel = ", ".join(f"`{d.relative_to(sweep)}`" for d in incomplete)
+        warnings.warn(f"{sweep}: {len(incomplete)} incomplete run dir(s) (no metrics.json) left out: {rel}",
+                      stacklevel=2)
+        notes.append(f"Incomplete runs (no metrics.json), not in the table: {rel}.")
+    rows = None if spec["kind"] == "trials" else len(group_seeds(runs))
+    notes.append(provenance(sweep, runs, infos, rows))
+    out = Path(out)
+    if spec["plot"] is not None:
+        plot = spec["plot"]
+        metrics = plot.get("metrics") or PLOT_METRICS
+        fig = ratio_ablation_figure(runs, plot["eval_set"], [metrics] if isinstance(metrics, str) else list(metrics))
+        with atomic.writer(out / f"{stem}.png", "wb") as f:
+            fig.savefig(f, format="png", dpi=120)
+        md += f"\n\n![{spec['title'] or stem}]({stem}.png)"
+    md = md + "\n\n" + "\n\n".join(notes) + "\n"
+    tex = tex + "\n" + "".join(f"% {line}\n" for n in notes for line in n.splitlines())
+    atomic.write_text(out / f"{stem}.md", md)
+    atomic.write_text(out / f"{stem}.tex", tex)
+    return md
+
+
+def main(argv: Sequence[str] | None = None) -> str:
+    """CLI entry point: render the study (:func:`render_sweep`) and print the Markdown.
+    Errors exit with status 2 and the message on stderr."""
+    p = argparse.ArgumentParser(prog="python -m multipos.report.render",
+                                description="A study's result tables from its sweep directory (laid out by report:).")
+    p.add_argument("sweep_dir", help="the study's sweep directory (run directories at any depth)")
+    p.add_argument("--out", default="experiments/results", help="output folder (default: %(default)s)")
+    p.add_argument("--name", help="output stem (default: report.name of the runs' config)")
+    args = p.parse_args(argv)
+    try:
+        md = render_sweep(args.sweep_dir, args.out, args.name)
+    except (FileNotFoundError, ValueError) as exc:
+        p.exit(2, f"{p.prog}: error: {exc}\n")
+    print(md, end="")
+    return md
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

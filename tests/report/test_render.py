@@ -1,0 +1,169 @@
+"""Tests for multipos.report.render: a study's files from a synthetic sweep (fake runs with a ``report:`` node)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from multipos.report import collect, render_sweep, render_table
+from multipos.report.render import main
+from tests.report.fakes import CONFIG, SEEDS, SET, make_run, md_rows, qmap, seeded_values, unstyled
+
+COLUMNS = [(SET, "ndcg@10"), (SET, "mrr@10")]
+TITLE = "Study: objectives over two seeds"
+REFS = {"bm25": {SET: {"ndcg@10": 0.31, "mrr@10": 0.5}}}
+# the report node as an experiment config writes it: columns and plot set through interpolations
+REPORT = """\
+size:
+  in_domain_columns: [nfcorpus_test:ndcg@10, nfcorpus_test:mrr@10]
+  ratio_set: nfcorpus_test
+report:
+  name: {name}
+  title: "{title}"
+  row_key: {row_key}
+  columns: ${{size.in_domain_columns}}
+  plot: {plot}
+  notes: "Synthetic sweep for the tests."
+"""
+
+
+def report_yaml(name: str = "table2_homogeneous", row_key: str = "objective", plot: str = "null") -> str:
+    return REPORT.format(name=name, title=TITLE, row_key=row_key, plot=plot)
+
+
+@pytest.fixture
+def study(tmp_path) -> Path:
+    """Three objectives × two seeds (``seeded_values``), run_info.json with wall time and device, BM25
+    references in one run, and one incomplete run (config, no metrics.json)."""
+    root = tmp_path / "table2_homogeneous-cpu"
+    for obj, per_seed in seeded_values().items():
+        for seed, v in zip(SEEDS, per_seed):
+            pq = {SET: {"ndcg@10": qmap(v), "mrr@10": qmap(v / 2)}}
+            make_run(root, f"loss={obj},seed={seed}", obj, pq, seed=seed, extra_config=report_yaml(),
+                     refs=REFS if (obj, seed) == ("singlelh", 1) else None,
+                     run_info={"status": "complete", "wall_s": 100.0 * seed, "device": "CPU x2"})
+    unfinished = root / "loss=lsepair,seed=1" / ".hydra"
+    unfinished.mkdir(parents=True)
+    (unfinished / "config.yaml").write_text(
+        CONFIG.format(data="nfcorpus_hetero", G=8, M=4, objective="lsepair", seed=1) + report_yaml())
+    return root
+
+
+def test_render_table_from_sweep(study, tmp_path):
+    out = tmp_path / "results"
+    incomplete = r"1 incomplete run dir\(s\) \(no metrics.json\) left out: `loss=lsepair,seed=1`"
+    with pytest.warns(UserWarning, match=incomplete):
+        md = render_sweep(study, out)
+    assert (out / "table2_homogeneous.md").read_text() == md
+    tex = (out / "table2_homogeneous.tex").read_text()
+    assert sorted(p.name for p in out.iterdir()) == ["table2_homogeneous.md", "table2_homogeneous.tex"]  # no temp files
+    runs = collect([study])
+    assert len(runs) == 6
+    # the table is render_table's, seeds aggregated, columns resolved from ${size.in_domain_columns}
+    assert md.startswith(render_table(runs, columns=COLUMNS, title=TITLE) + "\n\n")
+    assert tex.startswith(render_table(runs, columns=COLUMNS, title=TITLE, fmt="latex") + "\n% ")
+    rows = md_rows(md)
+    assert list(rows) == ["objective", "BM25", "singlelh", "rand1lh", "jointlh"]
+    assert rows["BM25"] == ["0.3100", "0.5000"]
+    assert unstyled(rows["jointlh"][0]).split(" ± ")[0].endswith("+♣") and " ± " in rows["singlelh"][1]
+    paragraphs = md.split("\n\n")
+    assert paragraphs[-3] == "Synthetic sweep for the tests."
+    assert paragraphs[-2] == "Incomplete runs (no metrics.json), not in the table: `loss=lsepair,seed=1`."
+    # wall time: 100 s (seed 1) + 200 s (seed 2) per objective → 900 s in total, 150 s per run on average
+    assert paragraphs[-1] == ("Provenance: 6 runs (3 rows) in sweep `table2_homogeneous-cpu`; seeds 1, 2; "
+                              "wall time 15.0 min in total, 2.5 min per run; device: CPU x2.\n")
+    assert tex.endswith("% Synthetic sweep for the tests.\n"
+                        "% Incomplete runs (no metrics.json), not in the table: `loss=lsepair,seed=1`.\n"
+                        + "% " + paragraphs[-1])
+
+
+def test_render_rejects_runs_of_another_study(study):
+    other = make_run(study, "loss=jointlh,seed=9", "jointlh", {SET: {"ndcg@10": qmap([0.1, 0.2])}}, seed=9,
+                     extra_config=report_yaml(name="table3_ood"))
+    with pytest.raises(ValueError, match=rf"disagree on report.name: .*'table2_homogeneous', {other} has 'table3_ood'"):
+        render_sweep(study, study.parent / "out")
+
+
+def test_render_names_rows_that_share_a_label(study):
+    shutil.rmtree(study / "loss=lsepair,seed=1")  # the incomplete run: not this test's subject
+    v = seeded_values()["jointlh"][0]
+    make_run(study, "loss=jointlh,seed=3", "jointlh", {SET: {"ndcg@10": qmap(v), "mrr@10": qmap(v / 2)}}, seed=3,
+             extra_config=report_yaml() + "module:\n  lr: 0.001\n")  # another config: not a seed of the jointlh row
+    with pytest.warns(UserWarning, match="rows labelled 'jointlh' differ in module.lr"):
+        md = render_sweep(study, study.parent / "out")
+    assert "rows labelled 'jointlh' differ in module.lr (`loss=jointlh,seed=1` vs `loss=jointlh,seed=3`)" in md
+    assert sum(line.startswith("| jointlh |") for line in md.splitlines()) == 2
+
+
+def test_render_cli(study, tmp_path, capsys):
+    out = tmp_path / "cli"
+    with pytest.warns(UserWarning):
+        md = main([str(study), "--out", str(out), "--name", "t2"])
+    assert capsys.readouterr().out == md == (out / "t2.md").read_text() and (out / "t2.tex").is_file()
+    bare = tmp_path / "bare"
+    make_run(bare, "r", "singlelh", {SET: {"ndcg@10": qmap([0.1, 0.2])}})
+    with pytest.raises(SystemExit) as exc:
+        main([str(bare)])
+    assert exc.value.code == 2 and "no `report:` node" in capsys.readouterr().err
+    empty = tmp_path / "empty" / "r" / ".hydra"
+    empty.mkdir(parents=True)
+    with pytest.raises(SystemExit) as exc:
+        main([str(empty.parent.parent)])
+    assert exc.value.code == 2 and "no complete run" in capsys.readouterr().err
+
+
+def test_render_ratio_plot(tmp_path):
+    root = tmp_path / "figure_ratio_ablation-cpu"
+    plot = '{kind: ratio_ablation, eval_set: "${oc.select:size.ratio_set,nfcorpus_test}", metrics: [ndcg@10]}'
+    for obj, base in (("singlelh", 0.3), ("jointlh", 0.32)):
+        for G, M in ((8, 2), (8, 4), (16, 4)):
+            v = [base + 0.01 * M, base + 0.01 * M + (0.02 if obj == "singlelh" else 0.05)]
+            make_run(root, f"{obj}-G{G}-M{M}", obj, {SET: {"ndcg@10": qmap(v), "mrr@10": qmap(v)}}, G=G, M=M,
+                     extra_config=report_yaml(name="figure_ratio_ablation", row_key="objective,G,M", plot=plot))
+    md = render_sweep(root, tmp_path / "out")
+    png = tmp_path / "out" / "figure_ratio_ablation.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"\n\n![{TITLE}](figure_ratio_ablation.png)\n\n" in md
+    assert "| jointlh,G=16,M=4 |" in md
+    assert md.endswith("Provenance: 6 runs (6 rows) in sweep `figure_ratio_ablation-cpu`; seed 42.\n")  # no run_info
+
+
+def test_render_trials(tmp_path):
+    root = tmp_path / "nfcorpus_recipe_search-cpu"
+    spec = """\
+optimized_metric: nfcorpus_dev/ndcg@10
+report:
+  name: nfcorpus_recipe_search
+  kind: trials
+  title: "Recipe search"
+  row_key: objective
+  columns: [nfcorpus_dev:recall@100]
+  plot: null
+"""
+    trials = [("lsepair", 1, "3e-5", 0.30, {"wall_s": 400.0, "device": "CPU x2"}),
+              ("singlelh", 2, "1e-5", 0.32, {"wall_s": 800.0, "device": "CPU x2"}),
+              ("lsepair", 2, "1e-5", 0.31, None)]
+    for i, (loss, epochs, lr, ndcg, info) in enumerate(trials):
+        overrides = ["experiment=nfcorpus_recipe_search", f"loss={loss}", f"trainer.max_epochs={epochs}",
+                     f"module.optimizer.lr={lr}"]
+        make_run(root, str(i), loss, metrics={"nfcorpus_dev": {"ndcg@10": ndcg, "recall@100": ndcg + 0.3}},
+                 overrides=overrides, run_info=info, extra_config=spec)
+    md = render_sweep(root, tmp_path / "out")
+    lines = md.splitlines()
+    assert lines[:7] == [
+        "Table: Recipe search", "",
+        "| # | loss | trainer.max_epochs | module.optimizer.lr | nfcorpus_dev nDCG@10 | nfcorpus_dev R@100 "
+        "| wall time | device |",
+        "|---:|:---|:---|:---|---:|---:|---:|:---|",
+        "| 1 | singlelh | 2 | 1e-5 | 0.3200 | 0.6200 | 13.3 min | CPU x2 |",
+        "| 2 | lsepair | 2 | 1e-5 | 0.3100 | 0.6100 | — | — |",
+        "| 3 | lsepair | 1 | 3e-5 | 0.3000 | 0.6000 | 6.7 min | CPU x2 |",
+    ]
+    assert "Sorted by nfcorpus_dev nDCG@10 (descending)." in md
+    assert "Overrides common to every run: `experiment=nfcorpus_recipe_search`." in md
+    assert md.endswith("Provenance: 3 runs in sweep `nfcorpus_recipe_search-cpu`; seed 42; wall time 20.0 min in "
+                       "total, 10.0 min per run (over 2 of 3 runs); device: CPU x2.\n")
+    tex = (tmp_path / "out" / "nfcorpus_recipe_search.tex").read_text()
+    assert r"1 & singlelh & 2 & 1e-5 & 0.3200 & 0.6200 & 13.3 min & CPU x2 \\" in tex

@@ -1,0 +1,139 @@
+"""Kill and resume: a training process killed with SIGKILL mid-epoch, then re-run with the identical command,
+ends with the same metrics and weights as an uninterrupted run (bitwise on CPU); re-draws per epoch do not
+depend on the trainer's dataloader-reload flag; finished runs are skipped."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+
+from tests.helpers import REPO, compose_cfg, tiny_overrides
+
+
+def _overrides(run_dir: Path, epochs: int = 2) -> list[str]:
+    """A small real-data slice: 12 NFCorpus training queries, all-MiniLM-L6-v2, short passages, fp32."""
+    dev = ("{_target_: multipos.evaluation.EvalSet, name: nfcorpus_dev, path: nfcorpus, split: dev, "
+           "metrics: [ndcg@10, recall@100], max_queries: 4, max_passages: 60}")
+    return [f"hydra.run.dir={run_dir}", "data=nfcorpus_homo", "loss=rand1lh", "data.source.max_queries=12",
+            "data.source.ordering=given", "data.source.negative_depth=20", "data.batch_size=2", "data.group_size=3",
+            "data.max_positives=2", "model.passage_max_length=32", "trainer=cpu_fp32", f"trainer.max_epochs={epochs}",
+            "trainer.enable_progress_bar=false", "callbacks.model_checkpoint.every_n_train_steps=2",
+            "eval=nfcorpus_dev", "eval.references=false", "eval.k=20", "eval.passage_max_length=32", "eval.bf16=false",
+            "eval.test_sets.nfcorpus_dev.max_queries=4", "eval.test_sets.nfcorpus_dev.max_passages=60",
+            f"eval.validation={dev}"]
+
+
+def _env(cache: Path) -> dict:
+    env = {**os.environ, "MULTIPOS_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
+           "OMP_NUM_THREADS": "1"}  # one thread: identical float reductions in every process
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def _train(run_dir: Path, cache: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "train.py", *_overrides(run_dir)], cwd=REPO, env=_env(cache),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.assets
+def test_sigkill_mid_epoch_then_resume_equals_uninterrupted(assets, tmp_path):
+    cache = tmp_path / "cache"
+    full, broken = tmp_path / "full", tmp_path / "broken"
+    p = _train(full, cache)
+    log = p.communicate(timeout=900)[0]
+    assert p.returncode == 0, log[-3000:]
+
+    p = _train(broken, cache)
+    ckpt = broken / "checkpoints" / "stage1" / "last.ckpt"
+    deadline = time.time() + 600
+    while not ckpt.is_file() and p.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    assert not (broken / "metrics.json").exists()
+    step = torch.load(ckpt, map_location="cpu", weights_only=True)["global_step"]
+    total = torch.load(full / "checkpoints" / "stage1" / "last.ckpt", map_location="cpu", weights_only=True)["global_step"]
+    assert 0 < step < total, (step, total)  # killed part-way through training
+
+    p = _train(broken, cache)  # the identical command resumes
+    log = p.communicate(timeout=900)[0]
+    assert p.returncode == 0, log[-3000:]
+    assert "resuming from" in log
+    assert json.loads((broken / "metrics.json").read_text()) == json.loads((full / "metrics.json").read_text())
+    assert _sha(broken / "model" / "model.safetensors") == _sha(full / "model" / "model.safetensors")
+    info = json.loads((broken / "run_info.json").read_text())
+    assert info["status"] == "complete" and info["resumed"]
+
+    p = _train(broken, cache)  # a third time: finished, skipped
+    log = p.communicate(timeout=900)[0]
+    assert p.returncode == 0 and "skipped" in log
+
+
+def test_another_configuration_in_the_same_run_dir_is_refused(tiny_beir, tiny_bert, tmp_path):
+    from multipos.train import train
+
+    out = tmp_path / "run"
+    train(compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, out)))
+    before = (out / "metrics.json").read_text()
+    with pytest.raises(ValueError, match="another configuration"):
+        train(compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, out, "module.optimizer.lr=1e-3")))
+    assert (out / "metrics.json").read_text() == before  # nothing lost
+
+
+class _Recorder(L.LightningModule):
+    """Records each batch's positives per query; trains nothing."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.seen: list[dict] = []
+
+    def training_step(self, batch, batch_idx):
+        for i, q in enumerate(batch.query_ids):
+            cols = batch.positive_mask[i].nonzero().flatten().tolist()
+            self.seen.append({"epoch": self.current_epoch, "query": q, "positives": [batch.passage_ids[c] for c in cols]})
+        return (self.w * 0).sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+
+def _draws(tiny_beir, tiny_bert, seed: int, reload: int) -> dict:
+    from multipos.data import MultiPosDataModule
+    from multipos.sources import BeirGradedSource
+
+    dm = MultiPosDataModule(BeirGradedSource(str(tiny_beir), "qrels-graded/train.s-3.qrel", negative_depth=20),
+                            str(tiny_bert), regime="homogeneous", group_size=4, max_positives=2, batch_size=2,
+                            positive_selection="random", seed=seed)
+    dm.set_stage("homogeneous", "random")  # Rand1LH
+    rec = _Recorder()
+    L.Trainer(max_epochs=2, reload_dataloaders_every_n_epochs=reload, logger=False, enable_checkpointing=False,
+              enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0).fit(rec, datamodule=dm)
+    out = {}
+    for r in rec.seen:
+        out.setdefault(r["epoch"], {})[r["query"]] = r["positives"]
+    return out
+
+
+def test_rand1lh_redraws_each_epoch_whatever_the_reload_flag(tiny_beir, tiny_bert):
+    without = _draws(tiny_beir, tiny_bert, seed=3, reload=0)
+    assert without == _draws(tiny_beir, tiny_bert, seed=3, reload=1)  # the flag changes nothing
+    assert without == _draws(tiny_beir, tiny_bert, seed=3, reload=0)  # same seed, same draws
+    assert set(without) == {0, 1}
+    changed = [q for q in without[0] if without[0][q] != without[1][q]]
+    assert changed, "no query drew a different positive in epoch 2"
+    assert _draws(tiny_beir, tiny_bert, seed=4, reload=0) != without
