@@ -10,7 +10,7 @@ export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install train test test-slow bench clean-cache
+.PHONY: install train study render test test-slow bench clean-cache
 
 install: $(STAMP)
 $(STAMP): pyproject.toml
@@ -18,9 +18,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-## The main job on the embedded default: LSEPair, heterogeneous NFCorpus groups, all-MiniLM-L6-v2.
+## The main job on the embedded default (conf/experiment/default.yaml): LSEPair, heterogeneous NFCorpus groups, all-MiniLM-L6-v2.
 train: install
-	$(BIN)/python train.py loss=lsepair data=nfcorpus_hetero model=minilm $(ARGS)
+	$(BIN)/python train.py experiment=default $(ARGS)
+
+## One study of the paper: make study NAME=table2_homogeneous [ARGS="scale=paper seed=42,43,44"], then make render NAME=...
+study: install
+	$(BIN)/python train.py -m experiment=$(NAME) $(ARGS)
+
+render: install
+	$(BIN)/python -m multipos.report.render multirun/$(NAME)-$(or $(SCALE),cpu)
 
 ## Default test suite (unit tests + a short real-data smoke test), < 10 minutes on 2 cores.
 test: install
