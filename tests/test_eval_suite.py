@@ -40,6 +40,8 @@ def test_several_sets_in_one_evaluation():
 def test_every_eval_config_instantiates(name):
     cfg = compose_cfg("evaluate", [f"eval={name}"])
     sets = [instantiate(s) for s in cfg.eval.test_sets.values()]
+    if cfg.eval.get("validation"):  # training configs also name a dev set (dev_only has nothing else)
+        sets.append(instantiate(cfg.eval.validation))
     assert sets and all(s.name and s.metrics for s in sets)
     if name == "nq_test":
         assert sets[0].metrics == ["acc@20", "acc@100"]
