@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["AtomicCheckpointIO", "writer", "write_text", "write_json", "write_bytes", "replace_dir", "temp_path"]
+__all__ = ["AtomicCheckpointIO", "load_checkpoint", "writer", "write_text", "write_json", "write_bytes", "replace_dir", "temp_path"]
 
 
 def temp_path(path: str | os.PathLike) -> Path:
@@ -90,6 +90,14 @@ def replace_dir(path: str | os.PathLike) -> Iterator[Path]:
         os.replace(tmp, path)
 
 
+def load_checkpoint(path: str | os.PathLike, map_location=None) -> dict:
+    """A checkpoint file read with ``torch.load(weights_only=True)``: tensors and plain containers only, no
+    code runs from the file (the one reader for Lightning checkpoints in multipos)."""
+    import torch
+
+    return torch.load(path, map_location=map_location or "cpu", weights_only=True)
+
+
 def _checkpoint_io_base():
     from lightning.pytorch.plugins.io import TorchCheckpointIO
 
@@ -109,6 +117,4 @@ class AtomicCheckpointIO(_checkpoint_io_base()):
             torch.save(checkpoint, f)
 
     def load_checkpoint(self, path, map_location=None, weights_only=None):
-        import torch
-
-        return torch.load(path, map_location=map_location or "cpu", weights_only=True)
+        return load_checkpoint(path, map_location)

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 from multipos.assets import cache_dir
 from multipos.evaluation import EvalSet, add_average
 from multipos.readers import read_run
-from multipos.eval_runner import evaluate_sets, references, score_set, write_results
+from multipos.eval_runner import eval_sets, evaluate_sets, references, score_set, write_results
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ def evaluate(cfg: DictConfig) -> dict:
     """
     out = Path(cfg.paths.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    sets: list[EvalSet] = [instantiate(s) for s in cfg.eval.test_sets.values()]
+    _, sets = eval_sets(cfg)
     if not sets:
         raise ValueError("no eval set selected: use eval=<set> (e.g. eval=nfcorpus_test) or eval=[<set>,<set>]")
     if cfg.get("run_file"):

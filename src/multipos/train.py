@@ -90,18 +90,13 @@ def build_callbacks(cfg: DictConfig, stage_dir: Path, val_set) -> tuple[list, ob
         opts = {**retrieval_options(cfg), "k": 100}
         callbacks.append(instantiate(cbs.retrieval_validation)(eval_set=val_set, cache=cache_dir(), **opts))
     if cbs.get("model_checkpoint"):
-        spec = OmegaConf.to_container(cbs.model_checkpoint)
-        every = spec.pop("every_n_train_steps", None)
-        for key in ("_target_", "_partial_", "save_last"):
-            spec.pop(key, None)
-        monitor = f"val/{cbs.retrieval_validation.metric}" if callbacks else None
-        from lightning.pytorch.callbacks import ModelCheckpoint
-
-        if monitor:
-            best = ModelCheckpoint(dirpath=str(stage_dir), monitor=monitor, save_last=False, **spec)
+        checkpoint = instantiate(cbs.model_checkpoint)  # partial: one for the best dev epoch, one for resuming
+        if callbacks:
+            best = checkpoint(dirpath=str(stage_dir), monitor=f"val/{cbs.retrieval_validation.metric}", save_last=False,
+                              every_n_train_steps=None)
             callbacks.append(best)
-        callbacks.append(ModelCheckpoint(dirpath=str(stage_dir), save_top_k=0, save_last=True, every_n_train_steps=every,
-                                         save_on_train_epoch_end=True))
+        callbacks.append(checkpoint(dirpath=str(stage_dir), monitor=None, save_top_k=0, save_last=True,
+                                    save_on_train_epoch_end=True))
     return callbacks, best
 
 
@@ -120,11 +115,6 @@ def build_trainer(cfg: DictConfig, out: Path, max_epochs: int, callbacks: list, 
                        plugins=[atomic.AtomicCheckpointIO()])
 
 
-def load_checkpoint(path: str | Path) -> dict:
-    """A Lightning checkpoint, loaded with ``weights_only=True`` (no code runs from the file)."""
-    return torch.load(path, map_location="cpu", weights_only=True)
-
-
 def _read_info(out: Path) -> dict:
     path = out / "run_info.json"
     if not path.is_file():
@@ -136,14 +126,13 @@ def _read_info(out: Path) -> dict:
         return {}
 
 
-def prepare_run_dir(cfg: DictConfig, out: Path) -> tuple[dict, bool]:
-    """Check the run directory against this configuration → (previous run_info, finished).
+def prepare_run_dir(cfg: DictConfig, out: Path, digest: str) -> tuple[dict, bool]:
+    """Check the run directory against this configuration (hash ``digest``) → (previous run_info, finished).
 
     Raises ValueError when the folder holds a run of another configuration and ``resume`` is on (nothing is
     overwritten). With ``resume=false`` earlier checkpoints and run info are removed first.
     """
     info = _read_info(out)
-    digest = config_hash(cfg)
     if not cfg.get("resume", True):
         shutil.rmtree(out / "checkpoints", ignore_errors=True)
         return {}, False
@@ -183,7 +172,7 @@ def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, m
     if kept_file.is_file():
         kept = json.loads(kept_file.read_text())
         log.info("stage %d (%s) already finished: loading %s", i + 1, stage.name, kept["checkpoint"] or "its weights")
-        state = load_checkpoint(kept["checkpoint"]) if kept.get("checkpoint") else None
+        state = atomic.load_checkpoint(kept["checkpoint"]) if kept.get("checkpoint") else None
         if state is not None:
             model.load_state_dict({k[len("model."):]: v for k, v in state["state_dict"].items() if k.startswith("model.")})
         return (state["optimizer_states"][0] if state and state.get("optimizer_states") else None), kept["record"]
@@ -208,7 +197,7 @@ def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, m
         str(last) if last.is_file() else "")
     opt_state = trainer.optimizers[0].state_dict() if trainer.optimizers else None
     if kept_path:
-        state = load_checkpoint(kept_path)
+        state = atomic.load_checkpoint(kept_path)
         module.load_state_dict(state["state_dict"])
         opt_state = state["optimizer_states"][0] if state.get("optimizer_states") else opt_state
         log.info("stage %d: kept %s (%s=%s)", i + 1, kept_path, best.monitor if best else "last",
@@ -227,7 +216,8 @@ def train(cfg: DictConfig) -> dict:
     out = output_dir(cfg)
     start = time.time()
     stages = plan(cfg.stages)  # configuration errors first
-    info, finished = prepare_run_dir(cfg, out)
+    digest = config_hash(cfg)
+    info, finished = prepare_run_dir(cfg, out, digest)
     if finished:
         log.info("%s: finished run with this configuration, skipped (resume=false trains it again)", out)
         return json.loads((out / "metrics.json").read_text())
@@ -237,7 +227,7 @@ def train(cfg: DictConfig) -> dict:
     steps = [datamodule.steps_per_epoch(s.regime) * s.epochs for s in stages]  # data errors surface here
     spans = schedule_spans(stages, steps)
     out.mkdir(parents=True, exist_ok=True)
-    info = {"status": "running", "config_hash": config_hash(cfg), "experiment": cfg.get("experiment_name"),
+    info = {"status": "running", "config_hash": digest, "experiment": cfg.get("experiment_name"),
             "seed": int(cfg.seed), "device": device_description(), "wall_s": float(info.get("wall_s", 0.0)),
             "stages": [s.describe() for s in stages], "resumed": bool(info)}
     atomic.write_json(out / "run_info.json", info)
