@@ -5,6 +5,7 @@ Synthetic numpy data only; the encoder tests use the tiny random BERT from ``con
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import struct
@@ -404,3 +405,39 @@ def test_truncated_cache_file_is_rebuilt(model, corpus, tmp_path, caplog, thresh
     np.testing.assert_array_equal(np.asarray(emb), ref)
     assert path.read_bytes() == data  # rebuilt in place
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+
+# --- where encoding runs: the trainer's accelerator, bf16 only where native --------------------------------
+
+def test_encoding_device_none_keeps_the_model_where_it_is(model):
+    assert retrieval.encoding_device(model, None).type == "cpu"
+
+
+def test_encoding_device_auto_stays_on_cpu_without_cuda(model, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert retrieval.encoding_device(model, "auto").type == "cpu"
+
+
+def test_encoding_device_auto_moves_a_cpu_model_to_cuda(model, monkeypatch):
+    """After ``fit`` Lightning hands the model back on the CPU: final evaluation, the zero-shot reference and the
+    teacher must encode on the GPU when there is one (issue: the GPU path)."""
+    moved = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(type(model), "to", lambda self, device: moved.append(torch.device(device)) or self)
+    retrieval.encoding_device(model, "auto")
+    assert moved == [torch.device("cuda")]
+    moved.clear()
+    retrieval.encoding_device(model, None)  # retrieval validation during fit: never moves the model
+    assert moved == []
+
+
+@pytest.mark.parametrize("precision,expected", [("bf16-mixed", True), ("32-true", False)])
+def test_bf16_none_means_native_only(model, corpus, monkeypatch, precision, expected):
+    import multipos
+
+    monkeypatch.setattr(multipos, "auto_precision", lambda: precision)
+    seen = []
+    monkeypatch.setattr(retrieval, "autocast_context", lambda device, bf16: seen.append(bf16) or contextlib.nullcontext())
+    ids, texts = corpus
+    encode(model, texts[:3], bf16=None, progress=False)
+    assert seen and set(seen) == {expected}

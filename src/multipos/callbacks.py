@@ -32,7 +32,8 @@ class RetrievalValidation(L.Callback):
             return
         if self._data is None:
             self._data = self.eval_set.load()
-        run = self.eval_set.clean(dense_run(pl_module.model, self._data, cache=self.cache, progress=False, **self.retrieval))
+        run = self.eval_set.clean(dense_run(pl_module.model, self._data, cache=self.cache, progress=False,
+                                                 device=None, **self.retrieval))  # encode where the model trains
         means, _ = self.eval_set.score(run, self._data)[self.eval_set.name]
         if self.metric not in means:
             raise ValueError(f"validation metric {self.metric!r} is not among {self.eval_set.name}'s metrics {list(means)}")

@@ -297,22 +297,25 @@ def evaluate_run(qrels: Qrels, run: Run, metrics=DEFAULT_METRICS, relevance_thre
     return (ordered, per_q) if per_query else ordered
 
 
-def dense_run(model, data: BeirDataset, k: int = 1000, batch_size: int = 64, bf16: bool = True,
+def dense_run(model, data: BeirDataset, k: int = 1000, batch_size: int = 64, bf16: bool | None = None,
               passage_max_length: int | None = None, cache: Path | None = None, index: str = "flat",
-              index_options: dict | None = None, progress: bool = True) -> Run:
+              index_options: dict | None = None, progress: bool = True, device="auto") -> Run:
     """Encode ``data``'s corpus and queries with ``model`` (a DualEncoder) and retrieve top-``k`` with FAISS.
 
     Corpus embeddings are cached under ``cache`` keyed by (weights, corpus, max length, pooling);
     ``cache=None`` always re-encodes. ``index`` / ``index_options`` go to :func:`multipos.retrieval.search`
-    (``eval.index``, ``eval.faiss``: HNSW/IVF parameters, GPU use, corpus shards).
+    (``eval.index``, ``eval.faiss``: HNSW/IVF parameters, GPU use, corpus shards). ``bf16`` / ``device``: as in
+    :func:`multipos.retrieval.encode` (None = bf16 where native; ``"auto"`` = the GPU when there is one).
     """
     from multipos.retrieval import cached_encode, encode, search
 
     pids = data.corpus.ids
-    kw = dict(kind="passage", max_length=passage_max_length, batch_size=batch_size, bf16=bf16, progress=progress)
+    kw = dict(kind="passage", max_length=passage_max_length, batch_size=batch_size, bf16=bf16, progress=progress,
+              device=device)
     p_emb = cached_encode(model, pids, data.corpus.texts(pids), cache, tag=data.name or "corpus", **kw)
     qids = list(data.queries)
-    q_emb = encode(model, [data.queries[q] for q in qids], kind="query", batch_size=batch_size, bf16=bf16, progress=False)
+    q_emb = encode(model, [data.queries[q] for q in qids], kind="query", batch_size=batch_size, bf16=bf16, progress=False,
+                   device=device)
     return search(q_emb, p_emb, qids, pids, k=k, index_kind=index, **(index_options or {}))
 
 

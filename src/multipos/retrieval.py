@@ -46,6 +46,28 @@ def autocast_context(device: torch.device, bf16: bool):
     return contextlib.nullcontext()
 
 
+def native_bf16() -> bool:
+    """True where bf16 is native (:func:`multipos.auto_precision`): the meaning of ``bf16=None`` here."""
+    from multipos import auto_precision
+
+    return auto_precision() == "bf16-mixed"
+
+
+def encoding_device(model: DualEncoder, device: str | torch.device | None = "auto") -> torch.device:
+    """Put ``model`` on the device it encodes on (see :func:`encode`'s ``device``) and return that device."""
+    current = next(model.parameters()).device
+    if device is None:
+        return current
+    if device == "auto":
+        if current.type != "cpu" or not torch.cuda.is_available():
+            return current
+        device = "cuda"
+    target = torch.device(device)
+    if target != current:
+        model.to(target)
+    return next(model.parameters()).device
+
+
 @torch.inference_mode()
 def encode(
     model: DualEncoder,
@@ -53,16 +75,24 @@ def encode(
     kind: str = "passage",
     max_length: int | None = None,
     batch_size: int = 64,
-    bf16: bool = True,
+    bf16: bool | None = None,
     progress: bool = True,
     *,
     out: np.ndarray | None = None,
+    device: str | torch.device | None = "auto",
 ) -> np.ndarray:
     """Embed ``texts`` → float32 array [len(texts), H], in input order.
 
     Texts are sorted by length (characters) so each batch pads little; ``kind`` selects the query
     or passage encoder and default truncation length. Runs under ``torch.inference_mode`` and,
-    with ``bf16``, bf16 autocast (embeddings match fp32 to cosine ≥ 0.9999 on MiniLM).
+    with ``bf16``, bf16 autocast (embeddings match fp32 to cosine ≥ 0.9999 on MiniLM); ``bf16=None``
+    uses it only where bf16 is native (:func:`multipos.auto_precision`: emulated bf16 on a CPU without
+    AVX512-BF16/AMX is many times slower than fp32).
+
+    ``device``: where to encode. ``"auto"`` (default) moves a model that sits on the CPU to the GPU when
+    CUDA is available (the zero-shot reference, the teacher, and the final evaluation after Lightning has
+    moved the trained model back to the CPU) and leaves it there; ``None`` keeps the model where it is
+    (retrieval validation during ``fit``); anything else is passed to ``model.to``.
 
     ``out``: optional preallocated float32 array [len(texts), H] (e.g. an ``np.lib.format.open_memmap``
     file) that is filled batch by batch and returned, so a huge corpus never exists twice in RAM.
@@ -73,9 +103,10 @@ def encode(
         out = np.zeros(shape, dtype=np.float32)
     elif tuple(out.shape) != shape or out.dtype != np.float32:
         raise ValueError(f"out must be a float32 array of shape {shape}; got {out.dtype} {tuple(out.shape)}")
+    device = encoding_device(model, device)
+    bf16 = native_bf16() if bf16 is None else bf16
     was_training = model.training
     model.eval()
-    device = next(model.parameters()).device
     order = np.argsort([-len(t) for t in texts], kind="stable")
     fn = model.encode_queries if kind == "query" else model.encode_passages
     bar = tqdm(range(0, len(texts), batch_size), desc=f"encode {kind}s", disable=not progress, leave=False)
@@ -148,7 +179,9 @@ def cached_encode(model: DualEncoder, ids: list[str], texts: list[str], cache_di
         return encode(model, texts, **kw)
     threshold = MEMMAP_THRESHOLD if memmap_threshold is None else memmap_threshold
     big = len(texts) > threshold
-    key = _cache_key(model, ids, texts, kw.get("max_length"), kw.get("bf16", True))
+    if kw.get("bf16") is None:
+        kw["bf16"] = native_bf16()
+    key = _cache_key(model, ids, texts, kw.get("max_length"), kw["bf16"])
     path = Path(cache_dir) / "embeddings" / f"{key}.npy"
     shape = (len(texts), model.hidden_size)
     if path.is_file():
