@@ -119,3 +119,18 @@ def test_paper_scale_settings():
 def test_unknown_experiment_lists_the_allowed_ones():
     with pytest.raises(Exception, match="table2_homogeneous"):
         compose_cfg("train", ["experiment=table_42"])
+
+
+def test_tokenization_runs_in_dataloader_workers_only_on_a_gpu(monkeypatch):
+    """``data.num_workers: ${auto_workers:}``: collate (tokenization) in worker processes when CUDA trains, in the
+    main process on a CPU (whose cores the model already uses)."""
+    import os
+
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert compose_cfg("train", []).data.num_workers == 0
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert compose_cfg("train", []).data.num_workers == 4
+    assert compose_cfg("train", ["scale=paper"]).data.num_workers == 4
