@@ -362,16 +362,6 @@ def search_index(index, query_emb: np.ndarray, k: int, query_batch_size: int = 4
     return np.concatenate([d for d, _ in parts]), np.concatenate([i for _, i in parts])
 
 
-def _merge_topk(d_a: np.ndarray, i_a: np.ndarray, d_b: np.ndarray, i_b: np.ndarray, k: int):
-    """Best ``k`` columns per row of two (score, id) result sets; unsorted; missing ids (-1) score -inf."""
-    d = np.concatenate([d_a, np.where(i_b < 0, -np.inf, d_b).astype(np.float32)], axis=1)
-    i = np.concatenate([i_a, i_b], axis=1)
-    if d.shape[1] <= k:
-        return d, i
-    keep = np.argpartition(-d, k - 1, axis=1)[:, :k]
-    return np.take_along_axis(d, keep, axis=1), np.take_along_axis(i, keep, axis=1)
-
-
 def search(query_emb: np.ndarray, passage_emb: np.ndarray, query_ids: list[str], passage_ids: list[str],
            k: int = 1000, index_kind: str = "flat", shard_size: int | None = None, query_batch_size: int = 4096,
            **index_kw) -> Run:
@@ -385,9 +375,10 @@ def search(query_emb: np.ndarray, passage_emb: np.ndarray, query_ids: list[str],
     ``shard_size`` (passages per shard; None = one index): builds one index per contiguous shard, in
     turn, searches it and merges its top-k into the running global top-k, so peak memory is one shard's
     index (+ Q·k·12 bytes of results). Exact for ``flat`` (equal to the unsharded run, ties at the k-th
-    score aside); for hnsw/ivf every shard is its own approximate index. Queries are searched
-    ``query_batch_size`` at a time (:func:`search_index`; HNSW with efSearch ≥ k). Equal scores are
-    ordered by passage row. Raises ValueError on mismatched ids/rows or k < 1.
+    score included: :func:`multipos.shards.shard_topk`); for hnsw/ivf every shard is its own approximate
+    index. Queries are searched ``query_batch_size`` at a time (:func:`search_index`; HNSW with efSearch ≥ k).
+    Equal scores are ordered by passage row (:func:`multipos.shards.merge_topk`). Shards written to disk by
+    several processes: :mod:`multipos.shards`. Raises ValueError on mismatched ids/rows or k < 1.
     """
     if len(query_ids) != len(query_emb) or len(passage_ids) != len(passage_emb):
         raise ValueError(f"{len(query_ids)} query ids for {len(query_emb)} query rows, "
@@ -396,6 +387,8 @@ def search(query_emb: np.ndarray, passage_emb: np.ndarray, query_ids: list[str],
         raise ValueError(f"k must be ≥ 1; got {k}")
     if index_kind not in INDEX_KINDS:  # fail before any work
         raise ValueError(f"unknown FAISS index kind {index_kind!r} (config key eval.index); allowed: {', '.join(INDEX_KINDS)}")
+    from multipos.shards import index_topk, merge_topk
+
     n = len(passage_ids)
     if n == 0 or len(query_ids) == 0:
         return {qid: {} for qid in query_ids}
@@ -411,13 +404,8 @@ def search(query_emb: np.ndarray, passage_emb: np.ndarray, query_ids: list[str],
         hi = min(lo + size, n)
         if n_shards > 1:
             log.info("FAISS shard %d/%d: passages %d–%d", s + 1, n_shards, lo, hi)
-        index = build_index(passage_emb[lo:hi], index_kind, **index_kw)
-        d, i = search_index(index, queries, min(k, hi - lo), query_batch_size)
-        del index
-        scores, ids = _merge_topk(scores, ids, d, np.where(i >= 0, i + lo, -1), k_all)
-    # best first; equal scores by corpus order, so sharded and unsharded runs agree (up to which of several
-    # passages tied at the k-th score make the cut)
-    order = np.lexsort((ids, -scores), axis=-1)
-    scores = np.take_along_axis(scores, order, axis=1).tolist()
-    ids = np.take_along_axis(ids, order, axis=1).tolist()
+        d, i = index_topk(passage_emb[lo:hi], queries, k, index_kind, query_batch_size, **index_kw)
+        # best first; equal scores by corpus row, also at the k-th score (flat shards are tie-complete)
+        scores, ids = merge_topk([scores, d], [ids, np.where(i >= 0, i + lo, -1)], k_all)
+    scores, ids = scores.tolist(), ids.tolist()
     return {qid: {passage_ids[j]: s for j, s in zip(ids[r], scores[r]) if j >= 0} for r, qid in enumerate(query_ids)}
