@@ -63,12 +63,18 @@ class RetrieverModule(L.LightningModule):
         p = self.model.encode_passages(batch.passages)
         return self.model.score(q, p)
 
-    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
+    def training_step(self, batch: Batch, batch_idx: int) -> dict:
+        """One optimisation step's loss → ``{"loss", "scores", "positive_mask", "negative_mask"}``.
+
+        ``scores`` [B, N] (already / τ, detached) and the bool masks [B, N] are returned for callbacks that read
+        ``outputs`` in ``on_train_batch_end`` (e.g. gradient diagnostics); ``loss`` is the scalar batch loss.
+        """
         scores = self(batch)
         loss = self.loss(scores, batch.positive_mask, batch.negative_mask)
         self.log("train/loss", loss, prog_bar=True, batch_size=scores.shape[0])
         self.log("train/lr", self.optimizers().param_groups[0]["lr"], prog_bar=False, batch_size=scores.shape[0])
-        return loss
+        return {"loss": loss, "scores": scores.detach(), "positive_mask": batch.positive_mask,
+                "negative_mask": batch.negative_mask}
 
     def parameter_groups(self) -> list[dict]:
         """AdamW parameter groups: weights with decay, biases and LayerNorm weights (ndim < 2) without."""
