@@ -35,8 +35,9 @@ def _setup_process_group():
     return device
 
 
-def _reusable(folder: Path, model, count: int, dtype: str, num_shards: int) -> bool:
-    """True when ``folder`` already holds complete shards of this model and corpus."""
+def _reusable(folder: Path, model, count: int, num_shards: int, settings: dict) -> bool:
+    """True when ``folder`` already holds complete shards of this model, corpus size, shard count and
+    ``settings`` (manifest fields ``dtype``, ``bf16``, ``max_length``)."""
     from multipos.shards import ShardedEmbeddings
 
     try:
@@ -45,8 +46,8 @@ def _reusable(folder: Path, model, count: int, dtype: str, num_shards: int) -> b
             store.embeddings(i)
     except (FileNotFoundError, ValueError):
         return False
-    return (store.meta.get("model"), store.count, store.dtype, len(store.shards)) == (
-        model.fingerprint(), count, dtype, num_shards)
+    return (store.meta.get("model"), store.count, len(store.shards)) == (model.fingerprint(), count, num_shards) \
+        and all(store.meta.get(key) == value for key, value in settings.items())
 
 
 def main(argv: list[str] | None = None) -> Path | None:
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> Path | None:
     from multipos.assets import resolve_dataset
     from multipos.model import DualEncoder
     from multipos.readers import load_beir, write_run
-    from multipos.retrieval import encode
+    from multipos.retrieval import encode, native_bf16
     from multipos.shards import DTYPES, ShardedEmbeddings, distributed_search, encode_shards
 
     ap = argparse.ArgumentParser(prog="python -m multipos.shard_job", description=__doc__.split("\n")[0])
@@ -79,25 +80,23 @@ def main(argv: list[str] | None = None) -> Path | None:
     group = dist.is_initialized()
     world = dist.get_world_size() if group else 1
     rank = dist.get_rank() if group else 0
-    if args.bf16 is None:
-        from multipos import auto_precision
-
-        args.bf16 = auto_precision() == "bf16-mixed"
     model = DualEncoder(args.model).to(device)
     data = load_beir(resolve_dataset(args.data), args.split)
     pids, out = data.corpus.ids, Path(args.out)
     num_shards = args.num_shards or world
-    reuse = [_reusable(out, model, len(pids), args.dtype, num_shards) if rank == 0 else None]
+    bf16 = native_bf16() if args.bf16 is None else args.bf16
+    settings = {"dtype": args.dtype, "bf16": bf16, "max_length": args.max_length}
+    reuse = [_reusable(out, model, len(pids), num_shards, settings) if rank == 0 else None]
     if group:  # one decision for all ranks (encode_shards has barriers every rank must reach)
         dist.broadcast_object_list(reuse, src=0)
     if reuse[0]:
         log.info("reusing the shards in %s", out)
     else:
         encode_shards(model, pids, data.corpus.texts(pids), out, num_shards=num_shards, max_length=args.max_length,
-                      batch_size=args.batch_size, bf16=args.bf16, dtype=args.dtype, progress=rank == 0)
+                      batch_size=args.batch_size, bf16=bf16, dtype=args.dtype, progress=rank == 0)
     qids = list(data.queries)
-    q_emb = encode(model, [data.queries[q] for q in qids], "query", batch_size=args.batch_size, bf16=args.bf16,
-                   progress=False)
+    q_emb = encode(model, [data.queries[q] for q in qids], "query", batch_size=args.batch_size, bf16=bf16,
+                   progress=False, device=None)
     run = distributed_search(q_emb, ShardedEmbeddings.open(out), qids, k=args.k)
     path = None
     if run is not None:

@@ -113,8 +113,8 @@ def _check_corpus(ids: list[str], rows: int, dtype: str) -> None:
 
 def encode_shards(model, ids: list[str], texts: list[str], folder: str | os.PathLike, *, num_shards: int | None = None,
                   rank: int | None = None, world_size: int | None = None, kind: str = "passage",
-                  max_length: int | None = None, batch_size: int = 64, bf16: bool = False, dtype: str = "float32",
-                  progress: bool = False) -> Path:
+                  max_length: int | None = None, batch_size: int = 64, bf16: bool | None = None,
+                  dtype: str = "float32", progress: bool = False) -> Path:
     """Encode this process's shards of a corpus into ``folder`` and (rank 0) its manifest → manifest path.
 
     Args:
@@ -123,7 +123,8 @@ def encode_shards(model, ids: list[str], texts: list[str], folder: str | os.Path
             are encoded).
         num_shards: shards in all (default: the world size); rank r encodes shards r, r + world, ….
         rank, world_size: default from the initialised ``torch.distributed`` group, else 0 and 1.
-        kind, max_length, batch_size, bf16: as :func:`multipos.retrieval.encode`.
+        kind, max_length, batch_size, bf16: as :func:`multipos.retrieval.encode` (``bf16=None``: where native);
+            the model encodes on the device it is on.
         dtype: ``float32`` or ``float16`` on disk (float16 halves disk and page cache; search copies rows to
             float32 in chunks, so scores then differ from a float32 run by the fp16 rounding, ~1e-3 relative).
 
@@ -133,9 +134,10 @@ def encode_shards(model, ids: list[str], texts: list[str], folder: str | os.Path
 
     Raises ValueError for mismatched ids/texts, duplicate ids, an unknown dtype or a rank outside the world.
     """
-    from multipos.retrieval import encode
+    from multipos.retrieval import encode, native_bf16
 
     _check_corpus(ids, len(texts), dtype)
+    bf16 = native_bf16() if bf16 is None else bool(bf16)
     dist = _dist()
     rank = (dist.get_rank() if dist else 0) if rank is None else int(rank)
     world_size = (dist.get_world_size() if dist else 1) if world_size is None else int(world_size)
@@ -144,7 +146,7 @@ def encode_shards(model, ids: list[str], texts: list[str], folder: str | os.Path
     entries = [_entry(s, a, b) for s, (a, b) in enumerate(shard_bounds(len(ids), num_shards or world_size))]
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    kw = dict(kind=kind, max_length=max_length, batch_size=batch_size, bf16=bf16, progress=progress)
+    kw = dict(kind=kind, max_length=max_length, batch_size=batch_size, bf16=bf16, progress=progress, device=None)
     for s in range(rank, len(entries), world_size):
         start, stop = entries[s]["start"], entries[s]["stop"]
         log.info("rank %d/%d: encoding shard %d/%d (rows %d–%d) into %s", rank, world_size, s + 1, len(entries),
@@ -164,7 +166,7 @@ def encode_shards(model, ids: list[str], texts: list[str], folder: str | os.Path
         dist.barrier()
     if rank == 0:
         _write_manifest(folder, len(ids), model.hidden_size, dtype, entries, kind=kind, model=model.fingerprint(),
-                        max_length=max_length, bf16=bool(bf16))
+                        max_length=max_length, bf16=bf16)
     if dist:
         dist.barrier()
     return folder / MANIFEST
