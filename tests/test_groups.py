@@ -70,6 +70,7 @@ def test_train_query_unknown_regime():
     (dict(group_size=0, max_positives=1), "group_size"),
     (dict(group_size=4, max_positives=0), "max_positives"),
     (dict(group_size=4, max_positives=5), "max_positives"),
+    (dict(group_size=4, max_positives=4), "max_positives"),
     (dict(group_size=4, max_positives=2, positive_selection="top"), "positive_selection"),
     (dict(group_size=4, max_positives=2, negative_selection="hard"), "negative_selection"),
     (dict(group_size=4, max_positives=2, single_positive="last"), "single_positive"),
@@ -79,11 +80,9 @@ def test_builder_rejects_bad_arguments(kwargs, word):
         GroupBuilder(**kwargs)
 
 
-def test_builder_accepts_m_equal_g():
-    b = GroupBuilder(group_size=3, max_positives=3)
-    q = TrainQuery("q", "t", silver=["a", "b", "c", "d"])  # no negatives at all
-    g = b.build(q, q.positives("homogeneous"), epoch=0)
-    assert g.passage_ids == ["a", "b", "c"] and g.n_positives == 3
+def test_builder_rejects_m_equal_g():
+    with pytest.raises(ValueError, match="at least one hard negative"):
+        GroupBuilder(group_size=3, max_positives=3)
 
 
 # --------------------------------------------------------------------------------------------
@@ -92,7 +91,7 @@ def test_builder_accepts_m_equal_g():
 
 @pytest.mark.parametrize("selection", ["first", "random"])
 @pytest.mark.parametrize("neg_selection", ["first", "random"])
-@pytest.mark.parametrize("G, M, n_pos", [(2, 1, 5), (4, 2, 5), (6, 3, 5), (8, 4, 2), (5, 5, 5), (6, 5, 3)])
+@pytest.mark.parametrize("G, M, n_pos", [(2, 1, 5), (4, 2, 5), (6, 3, 5), (8, 4, 2), (6, 5, 5), (6, 5, 3)])
 def test_group_has_exactly_g_passages(selection, neg_selection, G, M, n_pos):
     q = make_query(n_pos=n_pos)
     positives = q.positives("all")
@@ -202,7 +201,7 @@ def test_single_positive_first():
 def test_single_positive_random_uniform_and_deterministic():
     q = make_query(n_pos=4)
     positives = q.positives("all")
-    b = GroupBuilder(group_size=4, max_positives=4, single_positive="random", seed=11)
+    b = GroupBuilder(group_size=4, max_positives=3, single_positive="random", seed=11)
     n_epochs = 400
     counts = Counter()
     for epoch in range(n_epochs):
@@ -214,7 +213,7 @@ def test_single_positive_random_uniform_and_deterministic():
     assert set(counts) == set(positives)
     for p in positives:  # expected 100 each; binomial sd ≈ 8.7
         assert 60 <= counts[p] <= 140, counts
-    b2 = GroupBuilder(group_size=4, max_positives=4, single_positive="random", seed=11)
+    b2 = GroupBuilder(group_size=4, max_positives=3, single_positive="random", seed=11)
     assert all(b2.build(q, positives, e).passage_ids == b.build(q, positives, e).passage_ids for e in range(20))
 
 

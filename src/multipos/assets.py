@@ -8,6 +8,7 @@ public source (Hugging Face hub id for models, the BEIR download URL for dataset
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import urllib.request
@@ -24,6 +25,10 @@ DPR_URLS = {
     "nq-test.qa.csv": "https://dl.fbaipublicfiles.com/dpr/data/retriever/nq-test.qa.csv",
 }
 HUB_IDS = {"all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2", "bert-base-uncased": "bert-base-uncased"}
+
+
+#: Settings file of a multipos checkpoint (pooling, normalisation, τ, shared; ``DualEncoder.save_pretrained``).
+ENCODER_SETTINGS_FILE = "multipos_encoder.json"
 
 
 class AssetNotFoundError(FileNotFoundError):
@@ -46,15 +51,58 @@ def resolve_model(name_or_path: str) -> str:
     """Return a local checkpoint folder or a hub id for ``name_or_path``.
 
     An existing folder is returned as is; a bare name found in ``<assets>/models/`` resolves there;
-    otherwise the hub id is returned (``transformers`` downloads it where a network exists).
+    otherwise the hub id is returned (``transformers`` downloads it where a network exists). Raises
+    AssetNotFoundError for a filesystem path (absolute, or starting with ``./``, ``../`` or ``~``) that is not
+    a folder: it cannot be a hub id.
     """
     if Path(name_or_path).expanduser().is_dir():
         return str(Path(name_or_path).expanduser())
+    if name_or_path.startswith(("/", "./", "../", "~")):
+        what = "a file, not a checkpoint folder" if Path(name_or_path).expanduser().exists() else "not found"
+        raise AssetNotFoundError(f"{name_or_path}: checkpoint folder {what} (model.name_or_path / data.tokenizer)")
     short = name_or_path.split("/")[-1]
     local = assets_dir() / "models" / short
     if local.is_dir():
         return str(local)
     return HUB_IDS.get(name_or_path, name_or_path)
+
+
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model",
+                    "sentencepiece.bpe.model")
+
+
+def check_checkpoint_dir(path: str | Path) -> None:
+    """Check that the local folder ``path`` holds a loadable checkpoint before ``from_pretrained`` reads it.
+
+    A shared-encoder folder needs ``config.json``, weights (``model.safetensors``, ``pytorch_model.bin`` or a
+    sharded index) and tokenizer files; an untied multipos folder needs both in ``query_encoder/`` (the
+    tokenizer there) and ``passage_encoder/``. Raises FileNotFoundError naming the folder, what is missing
+    and the files present; DataFormatError when ``multipos_encoder.json`` is not valid JSON.
+    """
+    from multipos.readers import DataFormatError
+
+    folder = Path(path)
+    saved = folder / ENCODER_SETTINGS_FILE
+    if saved.is_file():
+        try:
+            json.loads(saved.read_text())
+        except (ValueError, UnicodeDecodeError) as e:
+            raise DataFormatError(f"{saved}: not valid JSON ({e}); the checkpoint's settings cannot be read") from None
+    untied = (folder / "query_encoder").is_dir()
+    sides = [(folder / "query_encoder", True), (folder / "passage_encoder", False)] if untied else [(folder, True)]
+    for side, needs_tokenizer in sides:
+        present = sorted(p.name for p in side.iterdir()) if side.is_dir() else []
+        missing = []
+        if "config.json" not in present:
+            missing.append("config.json (the model configuration)")
+        if not set(_WEIGHT_FILES) & set(present):
+            missing.append(f"model weights (one of {', '.join(_WEIGHT_FILES)})")
+        if needs_tokenizer and not set(_TOKENIZER_FILES) & set(present):
+            missing.append(f"tokenizer files (one of {', '.join(_TOKENIZER_FILES)})")
+        if missing:
+            raise FileNotFoundError(f"{side} is not a model checkpoint: missing {'; '.join(missing)}. "
+                                    f"Files there: {present[:20]}")
 
 
 def resolve_dataset(name_or_path: str, download: bool = True) -> Path:

@@ -9,7 +9,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from multipos.groups import REGIMES, Group, GroupBuilder, TrainQuery, group_masks
+from multipos.groups import REGIMES, Group, GroupBuilder, TrainQuery, group_masks, negative_shortfall
 
 log = logging.getLogger(__name__)
 
@@ -156,8 +156,15 @@ class MultiPosDataModule(L.LightningDataModule):
             (:func:`apply_budget`), or None for every query with all its positives.
         seed: seed for group construction and shuffling; num_workers: DataLoader workers.
 
+    Every failure of the data is reported before training starts (:meth:`steps_per_epoch`, :meth:`setup`):
+    training queries without a positive under the stage's regime are skipped with a warning giving their
+    number and examples; queries whose mined hard negatives cannot fill G are topped up with random corpus
+    passages, likewise counted and logged (``stats``: ``skipped_no_positive``, ``topped_up_negatives``).
+
     Raises:
-        ValueError: unknown regime, impossible G/M, a bad budget, or no training query left under the regime.
+        ValueError: unknown regime, impossible G/M (G < 2, M < 1, M ≥ G), a bad budget (m < 1, f outside (0, 1]),
+            no training query left under the regime (an empty split), a group that the corpus cannot fill, or a
+            tokenizer with more tokens than the model's embedding rows.
     """
 
     def __init__(self, source, tokenizer: str, name: str = "", regime: str = "heterogeneous", group_size: int = 8,
@@ -184,6 +191,9 @@ class MultiPosDataModule(L.LightningDataModule):
             f = float(self.budget.get("query_fraction", 1.0))
             if not 0.0 < f <= 1.0:
                 raise ValueError(f"data.budget.query_fraction must be in (0, 1], got {f}")
+            m = int(self.budget.get("positives_per_query", 1))
+            if m < 1:
+                raise ValueError(f"data.budget.positives_per_query must be >= 1, got {m}")
         self.builder_args = dict(group_size=group_size, max_positives=max_positives,
                                  positive_selection=positive_selection, negative_selection=negative_selection)
         GroupBuilder(**self.builder_args)  # validate G/M and selection names now, not at the first batch
@@ -222,21 +232,45 @@ class MultiPosDataModule(L.LightningDataModule):
                             float(b.get("query_fraction", 1.0)), int(b.get("seed", 0)), b.get("pool_min_positives"))
 
     def steps_per_epoch(self, regime: str | None = None) -> int:
-        """Optimizer steps in one epoch of ``regime`` (batches, last partial batch dropped when full ones exist)."""
-        n = sum(1 for q in self.training_queries(regime) if q.positives(regime or self.stage_regime))
-        return n // self.batch_size if n >= self.batch_size else int(n > 0)
+        """Optimizer steps in one epoch of ``regime`` (batches, last partial batch dropped when full ones exist).
+
+        Raises ValueError when no training query has a positive under ``regime`` (an empty split)."""
+        regime = regime or self.stage_regime
+        queries = self.training_queries(regime)
+        n = sum(1 for q in queries if q.positives(regime))
+        if n == 0:
+            raise ValueError(self._empty_message(regime, len(queries)))
+        return n // self.batch_size if n >= self.batch_size else 1
+
+    def _empty_message(self, regime: str, n_queries: int) -> str:
+        budget = " after data.budget" if self.budget else ""
+        return (f"no training query has a positive under regime {regime!r} (data.regime or the stage's regime): "
+                f"none of the {n_queries} queries of data.source{budget} has one (an empty split)")
 
     def setup(self, stage: str | None = None) -> None:
         if self.dataset is None:
             queries = self.training_queries()
             builder = GroupBuilder(**self.builder_args, single_positive=self.single_positive,
                                    pin_first=self.stage_regime == "heterogeneous", seed=self.seed)
-            self.dataset = GroupDataset(queries, self.stage_regime, builder, self.corpus.ids)
-            if len(self.dataset) == 0:
-                raise ValueError(f"no training query has a positive under data.regime={self.stage_regime!r}")
+            dataset = GroupDataset(queries, self.stage_regime, builder, self.corpus.ids)
+            if len(dataset) == 0:
+                raise ValueError(self._empty_message(self.stage_regime, len(queries)))
+            kept = {q.query_id for q, _ in dataset.items}
+            skipped = [q.query_id for q in queries if q.query_id not in kept]
+            if skipped:
+                log.warning("regime %s: skipped %d of %d training queries with no positive under it, e.g. %s",
+                            self.stage_regime, len(skipped), len(queries), skipped[:5])
+            short = negative_shortfall(builder, dataset.items, self.corpus.ids)
+            if short:
+                example = next(iter(short.items()))
+                log.warning("%d of %d training queries have fewer mined hard negatives than their group needs "
+                            "(G=%d minus positives); random corpus passages fill the rest, e.g. %r lacks %d",
+                            len(short), len(dataset), builder.group_size, *example)
+            self.dataset = dataset
             labels = sum(len(pos) for _, pos in self.dataset.items)
             self.stats = {"regime": self.stage_regime, "training_queries": len(self.dataset),
-                          "positive_labels": labels, "all_queries": len(self.queries), "budget": self.budget}
+                          "positive_labels": labels, "all_queries": len(self.queries), "budget": self.budget,
+                          "skipped_no_positive": len(skipped), "topped_up_negatives": len(short)}
             log.info("regime %s: %d of %d training queries, %d positive labels%s", self.stage_regime,
                      len(self.dataset), len(self.queries), labels, f" (budget {self.budget})" if self.budget else "")
 
@@ -254,6 +288,13 @@ class MultiPosDataModule(L.LightningDataModule):
         return batch.to(device) if isinstance(batch, Batch) else super().transfer_batch_to_device(batch, device, dataloader_idx)
 
     def train_dataloader(self) -> DataLoader:
+        """Loader over the current stage's groups; raises ValueError when ``data.tokenizer`` has more tokens than
+        the trained model's embedding rows (:func:`multipos.model.check_tokenizer`)."""
+        model = getattr(getattr(self.trainer, "lightning_module", None), "model", None) if self.trainer else None
+        if model is not None and hasattr(model, "query_encoder"):
+            from multipos.model import check_tokenizer
+
+            check_tokenizer(self.tokenizer, model.query_encoder, f"data.tokenizer={self.tokenizer_name}")
         sampler = EpochSampler(len(self.dataset), self.seed)
         if self.trainer is not None:
             sampler.set_epoch(self.trainer.current_epoch)

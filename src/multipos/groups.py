@@ -82,8 +82,8 @@ class GroupBuilder:
 
     Args:
         group_size: G ≥ 2, passages per query (positives + hard negatives).
-        max_positives: M, 1 ≤ M ≤ G; a query with fewer positives uses all of them and more hard
-            negatives (M = G leaves only in-batch negatives for queries with ≥ G positives).
+        max_positives: M, 1 ≤ M < G, so every group holds at least one hard negative; a query with fewer
+            positives uses all of them and more hard negatives.
         positive_selection: ``first`` (first-M in order) or ``random`` (random-M, re-drawn each epoch).
         single_positive: ``None`` (multi-positive objectives), ``"first"`` (SingleLH) or
             ``"random"`` (Rand1LH).
@@ -93,7 +93,7 @@ class GroupBuilder:
         seed: base seed.
 
     Raises:
-        ValueError: G < 2, M < 1, M > G, or unknown selection names.
+        ValueError: G < 2, M < 1, M ≥ G, or unknown selection names (naming the config field).
     """
 
     def __init__(
@@ -110,8 +110,9 @@ class GroupBuilder:
             raise ValueError(f"data.group_size (G) must be >= 2 (one positive + one negative), got {group_size}")
         if max_positives < 1:
             raise ValueError(f"data.max_positives (M) must be >= 1, got {max_positives}")
-        if max_positives > group_size:
-            raise ValueError(f"data.max_positives (M={max_positives}) cannot exceed data.group_size (G={group_size})")
+        if max_positives >= group_size:
+            raise ValueError(f"data.max_positives (M={max_positives}) must be < data.group_size (G={group_size}): "
+                             "a group needs at least one hard negative")
         for name, value in (("positive_selection", positive_selection), ("negative_selection", negative_selection)):
             if value not in SELECTIONS:
                 raise ValueError(f"data.{name} must be one of {SELECTIONS}, got {value!r}")
@@ -143,6 +144,11 @@ class GroupBuilder:
         head = [positives[0]] if self.pin_first else []
         rest = list(positives[len(head):])
         return head + rng.sample(rest, m - len(head))
+
+    def negatives_needed(self, positives: Sequence[str]) -> int:
+        """Hard negatives the group of a query with these positives needs: G − (positives it takes)."""
+        taken = 1 if self.single_positive else min(self.max_positives, len(positives))
+        return self.group_size - taken
 
     def build(self, query: TrainQuery, positives: Sequence[str], epoch: int, fallback_ids: Sequence[str] = ()) -> Group:
         """Build the group of ``query`` for ``epoch``.
@@ -176,6 +182,32 @@ class GroupBuilder:
                 f"{self.group_size} needs {need}"
             )
         return Group(query.query_id, query.query, chosen + negatives, len(chosen), query.judged)
+
+
+def negative_shortfall(builder: GroupBuilder, items: Sequence[tuple[TrainQuery, Sequence[str]]],
+                       corpus_ids: Sequence[str]) -> dict[str, int]:
+    """{query id → hard negatives missing} for the queries whose mined list cannot fill their group.
+
+    ``items`` are (query, positives under the regime) pairs. :meth:`GroupBuilder.build` fills the missing
+    places with random corpus passages (random, not hard, negatives), so the caller logs this count.
+
+    Raises:
+        ValueError: a query whose group cannot be filled even from the whole corpus (fewer unjudged
+            passages than G − positives), naming the query and ``data.group_size``.
+    """
+    corpus = set(corpus_ids)
+    short: dict[str, int] = {}
+    for q, positives in items:
+        need = builder.negatives_needed(positives)
+        mined = sum(1 for n in dict.fromkeys(q.negatives) if n not in q.judged)
+        if mined >= need:
+            continue
+        unjudged = len(corpus) - len(q.judged & corpus)
+        if unjudged < need:
+            raise ValueError(f"query {q.query_id!r}: data.group_size (G={builder.group_size}) needs {need} negatives "
+                             f"but the corpus has only {unjudged} passages not judged for it; lower data.group_size")
+        short[q.query_id] = need - mined
+    return short
 
 
 def group_masks(groups: Sequence[Group]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,12 +12,12 @@ from torch import Tensor, nn
 from transformers import AutoModel, AutoTokenizer
 
 from multipos import atomic
-from multipos.assets import resolve_model
+from multipos.assets import ENCODER_SETTINGS_FILE, check_checkpoint_dir, resolve_model
 
 log = logging.getLogger(__name__)
 
 POOLINGS = ("cls", "mean")
-_CONFIG_FILE = "multipos_encoder.json"
+_CONFIG_FILE = ENCODER_SETTINGS_FILE
 #: Settings saved to ``multipos_encoder.json`` and their defaults when neither the checkpoint nor the caller sets them.
 _DEFAULTS = {"pooling": "cls", "normalize": False, "temperature": 1.0, "shared": True}
 _CASTS = {"pooling": str, "normalize": bool, "temperature": float, "shared": bool}
@@ -77,6 +77,15 @@ def sentence_transformers_settings(path: str | Path) -> dict:
         return {}
     out.setdefault("normalize", False)
     return out
+
+
+def check_tokenizer(tokenizer, encoder: nn.Module, where: str) -> None:
+    """Raise ValueError when ``tokenizer`` has more tokens than ``encoder``'s input embedding rows (a tokenizer
+    of another checkpoint: its larger ids would fail in the embedding lookup); ``where`` names its source."""
+    rows = encoder.get_input_embeddings().num_embeddings
+    if len(tokenizer) > rows:
+        raise ValueError(f"{where}: the tokenizer has {len(tokenizer)} tokens but the model's embedding matrix has "
+                         f"{rows} rows (config.json vocab_size): the tokenizer does not belong to this checkpoint")
 
 
 def _same(field: str, a, b) -> bool:
@@ -164,7 +173,9 @@ class DualEncoder(nn.Module):
     ``cosine`` with normalisation) is multipos's score times τ, so scores differ by the constant factor 1/τ
     but rankings are the same.
 
-    Raises: ValueError for an unknown pooling or τ ≤ 0.
+    Raises: FileNotFoundError for a folder that is not a checkpoint (:func:`~multipos.assets.check_checkpoint_dir`)
+    or a path that does not exist; ValueError for an unknown pooling, τ ≤ 0, or a tokenizer with more tokens
+    than the model's embedding rows (:func:`check_tokenizer`).
     """
 
     def __init__(
@@ -183,6 +194,8 @@ class DualEncoder(nn.Module):
     ):
         super().__init__()
         path = resolve_model(name_or_path)
+        if Path(path).is_dir():
+            check_checkpoint_dir(path)
         given = {"pooling": pooling, "normalize": normalize, "temperature": temperature, "shared": shared}
         settings = _resolve_settings(path, given, prefer_saved)
         self.pooling = settings["pooling"]
@@ -214,6 +227,9 @@ class DualEncoder(nn.Module):
         # from_pretrained returns eval mode; training must turn dropout back on (MACHINE-NOTES).
         self.train()
         self.tokenizer = AutoTokenizer.from_pretrained(query_path, trust_remote_code=trust_remote_code)
+        check_tokenizer(self.tokenizer, self.query_encoder, query_path)
+        if not self.shared:
+            check_tokenizer(self.tokenizer, self.passage_encoder, query_path)
 
     @property
     def hidden_size(self) -> int:

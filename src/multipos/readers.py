@@ -65,22 +65,42 @@ class Corpus:
         return [self.passages[i].full_text() for i in (self.ids if ids is None else ids)]
 
 
-def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
-    """Yield ``(line_number, object)`` for each non-blank line; raise :class:`DataFormatError` on bad JSON."""
+def iter_lines(path: str | os.PathLike, what: str = "file") -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, text)`` for every line of a UTF-8 text file (1-based, newline kept).
+
+    Raises FileNotFoundError naming ``what`` and the path, DataFormatError naming the file, the line and
+    the byte offset (in the file) of the first byte that is not valid UTF-8."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: file not found")
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
+        raise FileNotFoundError(f"{path}: {what} not found")
+    offset = 0
+    with path.open("rb") as f:
+        for n, raw in enumerate(f, 1):
             try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataFormatError(f"{path}:{n}: malformed JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(obj, dict):
-                raise DataFormatError(f"{path}:{n}: expected a JSON object, got {type(obj).__name__}")
-            yield n, obj
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataFormatError(f"{path}:{n}: invalid UTF-8 (byte 0x{raw[e.start]:02x} at byte offset "
+                                      f"{offset + e.start} of the file, column {e.start + 1} of the line)") from None
+            offset += len(raw)
+            yield n, line
+
+
+def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
+    """Yield ``(line_number, object)`` for each non-blank line.
+
+    Raises FileNotFoundError for a missing file and DataFormatError naming the file and line for invalid
+    UTF-8, bad JSON (a last line cut mid-object is reported as a truncated file) or a non-object line."""
+    for n, line in iter_lines(path, "file"):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            hint = "; the line has no newline at its end: truncated file?" if not line.endswith("\n") else ""
+            raise DataFormatError(f"{path}:{n}: malformed JSON ({e.msg} at column {e.colno}){hint}") from None
+        if not isinstance(obj, dict):
+            raise DataFormatError(f"{path}:{n}: expected a JSON object, got {type(obj).__name__}")
+        yield n, obj
 
 
 def _field(obj: dict, name: str, where: str, types=(str,)):
@@ -93,66 +113,100 @@ def _field(obj: dict, name: str, where: str, types=(str,)):
 
 
 def read_corpus(path: str | os.PathLike) -> Corpus:
-    """Read a BEIR ``corpus.jsonl``. Raises DataFormatError on bad lines or duplicate ``_id``."""
+    """Read a BEIR ``corpus.jsonl``.
+
+    Raises DataFormatError naming the file and line for a bad line, a duplicate ``_id`` (and the line that
+    first used it), or a passage whose ``title`` and ``text`` are both empty (it would encode to nothing)."""
     corpus = Corpus()
+    first_line: dict[str, int] = {}
     for n, obj in iter_jsonl(path):
         where = f"{path}:{n}"
         pid = str(_field(obj, "_id", where, (str, int)))
         if pid in corpus.passages:
-            raise DataFormatError(f"{where}: duplicate passage id {pid!r}")
-        corpus.passages[pid] = Passage(pid, str(obj.get("title") or ""), str(_field(obj, "text", where)))
+            raise DataFormatError(f"{where}: duplicate passage id {pid!r} (first at line {first_line[pid]})")
+        passage = Passage(pid, str(obj.get("title") or ""), str(_field(obj, "text", where)))
+        if not passage.full_text().strip():
+            raise DataFormatError(f"{where}: passage {pid!r} has an empty 'text' and no 'title'")
+        corpus.passages[pid] = passage
+        first_line[pid] = n
     return corpus
 
 
 def read_queries(path: str | os.PathLike) -> dict[str, str]:
-    """Read a BEIR ``queries.jsonl`` into {query id → text}. Raises DataFormatError on bad lines."""
+    """Read a BEIR ``queries.jsonl`` into {query id → text}.
+
+    Raises DataFormatError naming the file and line for a bad line or a duplicate ``_id`` (and the line that
+    first used it). Empty texts are kept here (BEIR files hold queries no split judges); the readers of a
+    split reject the judged ones with :func:`check_query_texts`."""
     queries: dict[str, str] = {}
+    first_line: dict[str, int] = {}
     for n, obj in iter_jsonl(path):
         where = f"{path}:{n}"
         qid = str(_field(obj, "_id", where, (str, int)))
         if qid in queries:
-            raise DataFormatError(f"{where}: duplicate query id {qid!r}")
+            raise DataFormatError(f"{where}: duplicate query id {qid!r} (first at line {first_line[qid]})")
         queries[qid] = _field(obj, "text", where)
+        first_line[qid] = n
     return queries
+
+
+def check_query_texts(queries: dict[str, str], ids: Iterable[str], path: str | os.PathLike) -> None:
+    """Raise DataFormatError if a query of ``ids`` has an empty (or blank) text in ``queries``, read from
+    ``path``; the message names the file, the line of the first such query and how many there are."""
+    empty = [q for q in ids if not queries[q].strip()]
+    if not empty:
+        return
+    line = next((n for n, obj in iter_jsonl(path) if str(obj.get("_id")) == empty[0]), "?")
+    raise DataFormatError(f"{path}:{line}: query {empty[0]!r} has an empty 'text' "
+                          f"({len(empty)} used queries are empty, e.g. {empty[:5]})")
 
 
 def read_qrels(path: str | os.PathLike) -> Qrels:
     """Read qrels in BEIR TSV (``query-id corpus-id score``, optional header) or TREC format
-    (``qid 0 docid grade``), detected per line by the number of columns. Grades are ints.
+    (``qid 0 docid grade``), detected per line by the number of columns.
 
-    A repeated identical line is ignored (with a warning giving the count); a pair judged twice with
-    different grades raises DataFormatError naming the line."""
+    Grades are integers ≥ 0 (``2`` or ``2.0``). A repeated identical line is ignored (with a warning giving
+    the count). Raises FileNotFoundError for a missing file; DataFormatError naming the file and line for
+    invalid UTF-8, a wrong column count, a grade that is not a number, not an integer or negative, and a
+    pair judged twice with different grades."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: qrels file not found")
     qrels: Qrels = {}
     repeated = 0
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            parts = line.split()
-            if not parts:
-                continue
-            if n == 1 and parts[0] in ("query-id", "query_id", "qid"):
-                continue
-            if len(parts) == 3:
-                qid, pid, grade = parts
-            elif len(parts) == 4:
-                qid, _, pid, grade = parts
-            else:
-                raise DataFormatError(f"{path}:{n}: expected 3 (BEIR) or 4 (TREC) columns, got {len(parts)}")
-            try:
-                g = int(float(grade))
-            except ValueError:
-                raise DataFormatError(f"{path}:{n}: relevance grade {grade!r} is not a number") from None
-            docs = qrels.setdefault(qid, {})
-            if pid in docs:
-                if docs[pid] != g:
-                    raise DataFormatError(f"{path}:{n}: ({qid}, {pid}) judged again with grade {g} (first judged {docs[pid]})")
-                repeated += 1
-            docs[pid] = g
+    for n, line in iter_lines(path, "qrels file"):
+        parts = line.split()
+        if not parts:
+            continue
+        if n == 1 and parts[0] in ("query-id", "query_id", "qid"):
+            continue
+        if len(parts) == 3:
+            qid, pid, grade = parts
+        elif len(parts) == 4:
+            qid, _, pid, grade = parts
+        else:
+            raise DataFormatError(f"{path}:{n}: expected 3 (BEIR) or 4 (TREC) columns, got {len(parts)}")
+        g = _grade(grade, f"{path}:{n}")
+        docs = qrels.setdefault(qid, {})
+        if pid in docs:
+            if docs[pid] != g:
+                raise DataFormatError(f"{path}:{n}: ({qid}, {pid}) judged again with grade {g} (first judged {docs[pid]})")
+            repeated += 1
+        docs[pid] = g
     if repeated:
         log.warning("%s: ignored %d repeated (query, passage, grade) lines", path, repeated)
     return qrels
+
+
+def _grade(text: str, where: str) -> int:
+    """A relevance grade: an integer ≥ 0, written ``2`` or ``2.0``; DataFormatError naming ``where`` else."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise DataFormatError(f"{where}: relevance grade {text!r} is not a number") from None
+    if not value.is_integer():
+        raise DataFormatError(f"{where}: relevance grade {text!r} is not an integer")
+    if value < 0:
+        raise DataFormatError(f"{where}: relevance grade {text!r} is negative (grades are integers >= 0)")
+    return int(value)
 
 
 def check_qrels_ids(qrels: Qrels, queries: dict[str, str], corpus: Corpus, source: str) -> None:
@@ -168,29 +222,26 @@ def check_qrels_ids(qrels: Qrels, queries: dict[str, str], corpus: Corpus, sourc
 def read_run(path: str | os.PathLike) -> Run:
     """Read a TREC run file (``qid Q0 docid rank score tag``) into {qid → {docid → score}}.
 
-    Raises DataFormatError naming the line for a wrong column count or a non-numeric score; a passage
+    Raises DataFormatError naming the line for invalid UTF-8, a wrong column count or a non-numeric score; a passage
     listed twice for one query keeps its first line and the rest are dropped with a warning."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: run file not found")
     run: Run = {}
     repeated: list[tuple[int, str, str]] = []
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            parts = line.split()
-            if not parts:
-                continue
-            if len(parts) != 6:
-                raise DataFormatError(f"{path}:{n}: expected 6 columns (qid Q0 docid rank score tag), got {len(parts)}")
-            try:
-                score = float(parts[4])
-            except ValueError:
-                raise DataFormatError(f"{path}:{n}: score {parts[4]!r} is not a number") from None
-            docs = run.setdefault(parts[0], {})
-            if parts[2] in docs:
-                repeated.append((n, parts[0], parts[2]))
-                continue
-            docs[parts[2]] = score
+    for n, line in iter_lines(path, "run file"):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 6:
+            raise DataFormatError(f"{path}:{n}: expected 6 columns (qid Q0 docid rank score tag), got {len(parts)}")
+        try:
+            score = float(parts[4])
+        except ValueError:
+            raise DataFormatError(f"{path}:{n}: score {parts[4]!r} is not a number") from None
+        docs = run.setdefault(parts[0], {})
+        if parts[2] in docs:
+            repeated.append((n, parts[0], parts[2]))
+            continue
+        docs[parts[2]] = score
     if repeated:
         log.warning("%s: dropped %d repeated (query, passage) lines, keeping the first of each, e.g. line %d (%s, %s)",
                     path, len(repeated), *repeated[0])
@@ -241,19 +292,21 @@ def load_beir(folder: str | os.PathLike, split: str = "test", qrels_file: str | 
     ``qrels_file`` (relative to the folder) overrides ``qrels/<split>.tsv``, e.g. a graded TREC file;
     a list of files is merged, a (query, passage) pair judged in several keeping its highest grade
     (e.g. human + LLM judgments of one set). Raises FileNotFoundError for a missing folder/file/split
-    (listing the qrels files present), DataFormatError for unknown ids or empty query texts.
+    (listing the qrels files present), DataFormatError for an empty split (qrels without a judged query),
+    unknown ids or empty query texts (naming the file and line) and for any error of the file readers.
     """
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: BEIR folder not found")
     files = [qrels_file] if isinstance(qrels_file, str) else list(qrels_file or [f"qrels/{split}.tsv"])
     qrels = read_qrels_files(folder, files, split)
+    source = ", ".join(str(folder / f) for f in files)
+    if not qrels:
+        raise DataFormatError(f"{source}: split {split!r} is empty (no judged query)")
     corpus = read_corpus(folder / "corpus.jsonl")
     queries = read_queries(folder / "queries.jsonl")
-    check_qrels_ids(qrels, queries, corpus, ", ".join(str(folder / f) for f in files))
-    empty = [q for q in qrels if not queries[q].strip()]
-    if empty:
-        raise DataFormatError(f"{folder / 'queries.jsonl'}: {len(empty)} judged queries have empty text, e.g. {empty[:5]}")
+    check_qrels_ids(qrels, queries, corpus, source)
+    check_query_texts(queries, qrels, folder / "queries.jsonl")
     return BeirDataset(corpus, {q: queries[q] for q in qrels}, qrels, folder.name)
 
 
@@ -265,6 +318,7 @@ class TevatronExample:
     query: str
     positives: list[Passage]
     negatives: list[Passage]
+    where: str = field(default="", compare=False, repr=False)  # "<file>:<line>" or "<name>[<split>] row <i>"
 
 
 def _passages(obj: dict, key: str, where: str) -> list[Passage]:
@@ -273,21 +327,31 @@ def _passages(obj: dict, key: str, where: str) -> list[Passage]:
         raise DataFormatError(f"{where}: field {key!r} must be a list")
     out = []
     for k, p in enumerate(items):
+        at = f"{where}: {key}[{k}]"
         if not isinstance(p, dict):
-            raise DataFormatError(f"{where}: {key}[{k}] must be an object with docid/title/text")
-        pid = str(_field(p, "docid", f"{where}: {key}[{k}]", (str, int)))
-        out.append(Passage(pid, str(p.get("title") or ""), str(_field(p, "text", f"{where}: {key}[{k}]"))))
+            raise DataFormatError(f"{at} must be an object with docid/title/text")
+        pid = str(_field(p, "docid", at, (str, int)))
+        passage = Passage(pid, str(p.get("title") or ""), str(_field(p, "text", at)))
+        if not passage.full_text().strip():
+            raise DataFormatError(f"{at}: passage {pid!r} has an empty 'text' and no 'title'")
+        out.append(passage)
     return out
 
 
 def parse_tevatron(obj: dict, where: str) -> TevatronExample:
-    """Validate one Tevatron record; raise DataFormatError naming ``where`` and the field."""
+    """Validate one Tevatron record; raise DataFormatError naming ``where`` and the field: a missing or
+    mistyped field, an empty ``query``, a missing or empty ``positive_passages`` list (a training line
+    exists to carry positives), or a passage without text. ``negative_passages`` may be absent."""
     qid = str(_field(obj, "query_id", where, (str, int)))
     query = _field(obj, "query", where)
+    if not query.strip():
+        raise DataFormatError(f"{where}: query {qid!r} has an empty 'query' text")
+    if obj.get("positive_passages") is None:  # absent (JSONL) or null (HF datasets without the column)
+        raise DataFormatError(f"{where}: query {qid!r}: missing field 'positive_passages'")
     pos = _passages(obj, "positive_passages", where)
     if not pos:
-        raise DataFormatError(f"{where}: query {qid!r} has no positive_passages")
-    return TevatronExample(qid, query, pos, _passages(obj, "negative_passages", where))
+        raise DataFormatError(f"{where}: query {qid!r} has an empty 'positive_passages' list")
+    return TevatronExample(qid, query, pos, _passages(obj, "negative_passages", where), where)
 
 
 def read_tevatron(path: str | os.PathLike) -> list[TevatronExample]:

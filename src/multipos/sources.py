@@ -22,8 +22,8 @@ from pathlib import Path
 from multipos import atomic
 from multipos.assets import cache_dir, resolve_dataset
 from multipos.groups import TrainQuery
-from multipos.readers import (Corpus, DataFormatError, check_qrels_ids, load_tevatron_hf, read_corpus,
-                              read_qrels, read_queries, read_tevatron)
+from multipos.readers import (Corpus, DataFormatError, check_qrels_ids, check_query_texts, load_tevatron_hf,
+                              read_corpus, read_qrels, read_queries, read_tevatron)
 
 log = logging.getLogger(__name__)
 ORDERINGS = ("given", "teacher")
@@ -119,7 +119,12 @@ class BeirGradedSource:
             (the data configs pass the model config's).
         max_queries: keep only the first N queries (smoke tests); None = all.
 
-    Raises: DataFormatError for qrels naming unknown ids, ValueError for an unknown ordering.
+    Queries whose judgments are all below ``silver_grade`` have no positive: they are kept (their judged
+    passages are still never negatives elsewhere), counted and logged here, and skipped by the data module.
+
+    Raises: FileNotFoundError for a missing qrels file (listing those present); DataFormatError for file
+    errors (file and line), qrels naming unknown ids, qrels without any query, or a judged query with empty
+    text; ValueError for an unknown ordering.
     """
 
     def __init__(self, path: str, qrels_file: str, gold_grade: int = 2, silver_grade: int = 1,
@@ -141,15 +146,27 @@ class BeirGradedSource:
         corpus = read_corpus(folder / "corpus.jsonl")
         texts = read_queries(folder / "queries.jsonl")
         qpath = folder / self.qrels_file
+        if not qpath.is_file():
+            have = sorted(p.name for p in qpath.parent.glob("*") if p.is_file()) if qpath.parent.is_dir() else []
+            raise FileNotFoundError(f"{qpath}: training qrels (data.source.qrels_file) not found in {folder}; "
+                                    f"files in {qpath.parent.name}/: {have}")
         qrels = read_qrels(qpath)
+        if not qrels:
+            raise DataFormatError(f"{qpath}: no training query (the qrels file is empty)")
         check_qrels_ids(qrels, texts, corpus, str(qpath))
         if self.max_queries is not None:
             qrels = dict(list(qrels.items())[: self.max_queries])
+        check_query_texts(texts, qrels, folder / "queries.jsonl")
         queries = []
         for qid, docs in qrels.items():
             gold = [d for d, g in docs.items() if g >= self.gold_grade]
             silver = [d for d, g in docs.items() if self.silver_grade <= g < self.gold_grade]
             queries.append(TrainQuery(qid, texts[qid], gold, silver, judged=set(docs)))
+        unjudged = [q.query_id for q in queries if not q.gold and not q.silver]
+        if unjudged:
+            log.warning("%s: %d of %d training queries have no judgment with grade >= %d (no positive): "
+                        "they will be skipped, e.g. %s", qpath, len(unjudged), len(queries), self.silver_grade,
+                        unjudged[:5])
         tag = f"{folder.resolve()}|{self.qrels_file}"
         negatives = mine_bm25_negatives(corpus, {q.query_id: q.query for q in queries},
                                         {q.query_id: q.judged for q in queries}, self.negative_depth, tag)
@@ -170,6 +187,10 @@ class TevatronSource:
         gold_positives: how many leading ``positive_passages`` are gold (human): 1 for the
             heterogeneous files (human positive first), 0 for homogeneous (LLM positives only).
         max_queries: keep only the first N lines.
+
+    Raises: DataFormatError for a bad line (file and line, see :func:`multipos.readers.parse_tevatron`), a
+    query id on two lines (naming both) or no line at all. A passage id given with two different texts
+    keeps its first text; their number is logged as a warning.
     """
 
     def __init__(self, path: str, split: str = "train", gold_positives: int = 0, max_queries: int | None = None):
@@ -183,13 +204,21 @@ class TevatronSource:
             examples = load_tevatron_hf(str(p) if p.exists() else self.path, self.split)
         if self.max_queries is not None:
             examples = examples[: self.max_queries]
-        corpus, queries = Corpus(), []
+        corpus, queries, seen, conflicts = Corpus(), [], {}, []
         for ex in examples:
+            if ex.query_id in seen:
+                raise DataFormatError(f"{ex.where}: duplicate query_id {ex.query_id!r} (first at {seen[ex.query_id]})")
+            seen[ex.query_id] = ex.where
             for passage in (*ex.positives, *ex.negatives):
-                corpus.passages.setdefault(passage.id, passage)
+                kept = corpus.passages.setdefault(passage.id, passage)
+                if kept.full_text() != passage.full_text():
+                    conflicts.append((passage.id, ex.where))
             pos = [x.id for x in ex.positives]
             g = self.gold_positives
             queries.append(TrainQuery(ex.query_id, ex.query, pos[:g], pos[g:], [x.id for x in ex.negatives]))
+        if conflicts:
+            log.warning("%s: %d passages repeat a docid with another text; the first text is kept, e.g. %r at %s",
+                        self.path, len(conflicts), *conflicts[0])
         if not queries:
             raise DataFormatError(f"{self.path}: no training queries")
         return corpus, queries

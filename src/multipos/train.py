@@ -224,8 +224,9 @@ def train(cfg: DictConfig) -> dict:
     L.seed_everything(cfg.seed, workers=True)
     datamodule = instantiate(cfg.data, seed=cfg.seed)
     val_set, test_sets = eval_sets(cfg)
-    steps = [datamodule.steps_per_epoch(s.regime) * s.epochs for s in stages]  # data errors surface here
+    steps = [datamodule.steps_per_epoch(s.regime) * s.epochs if s.epochs else 0 for s in stages]  # data errors here
     spans = schedule_spans(stages, steps)
+    model = instantiate(cfg.model)  # checkpoint and tokenizer errors, still before anything is written
     out.mkdir(parents=True, exist_ok=True)
     info = {"status": "running", "config_hash": digest, "experiment": cfg.get("experiment_name"),
             "seed": int(cfg.seed), "device": device_description(), "wall_s": float(info.get("wall_s", 0.0)),
@@ -238,7 +239,6 @@ def train(cfg: DictConfig) -> dict:
         refs = json.loads(ref_file.read_text()) if ref_file.is_file() else references(cfg, ([val_set] if val_set else []) + test_sets)
         atomic.write_json(ref_file, refs)
 
-    model = instantiate(cfg.model)
     opt_state, records = None, []
     for i, stage in enumerate(stages):
         if stage.epochs <= 0:
