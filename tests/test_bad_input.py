@@ -143,12 +143,23 @@ def test_unknown_ids_in_qrels_fail_and_in_runs_are_counted(beir_copy, tiny_beir,
     assert 0 < results["tiny"]["ndcg@10"] < 1  # q-heart-1 found one of its passages; the other test queries none
 
 
-@pytest.mark.parametrize("grade, what", [("-1", "is negative"), ("1.5", "is not an integer"), ("high", "is not a number")])
-def test_negative_or_non_integer_grade_names_file_and_line(tmp_path, grade, what):
+@pytest.mark.parametrize("grade, what", [("1.5", "is not an integer"), ("high", "is not a number")])
+def test_non_integer_grade_names_file_and_line(tmp_path, grade, what):
     path = tmp_path / "train.qrel"
     path.write_text(f"q1 0 d1 2\nq1 0 d2 2.0\nq1 0 d3 {grade}\n")
     with pytest.raises(DataFormatError, match=rf"{path}:3: relevance grade '{grade}' {what}"):
         read_qrels(path)
+
+
+def test_negative_grades_are_judged_non_relevant_with_a_counted_warning(tmp_path, caplog):
+    """TREC qrels use -2 (junk) and -1 (pooled, not judged): trec_eval counts them as non-relevant; rejecting
+    them would make such collections unreadable."""
+    path = tmp_path / "test.qrel"
+    path.write_text("q1 0 d1 2\nq1 0 d2 -2\nq1 0 d3 -1\n")
+    with caplog.at_level(logging.WARNING):
+        qrels = read_qrels(path)
+    assert qrels == {"q1": {"d1": 2, "d2": 0, "d3": 0}}
+    assert f"{path}: 2 judgments with a negative grade (first at line 2) read as 0" in caplog.text
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Contrastive objectives for training with several positive passages per query.
 
-Every objective is a pure function of one score matrix and two masks (see ``DESIGN.md``)::
+Every objective is a pure function of one score matrix and two masks (README, "The science in code")::
 
     scores         [B, N]  s(q_i, d_j) for query i and every passage j in the batch (already / tau)
     positive_mask  [B, N]  True where passage j is a training positive of query i      (D+_i)

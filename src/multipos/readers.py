@@ -165,13 +165,15 @@ def read_qrels(path: str | os.PathLike) -> Qrels:
     """Read qrels in BEIR TSV (``query-id corpus-id score``, optional header) or TREC format
     (``qid 0 docid grade``), detected per line by the number of columns.
 
-    Grades are integers ≥ 0 (``2`` or ``2.0``). A repeated identical line is ignored (with a warning giving
-    the count). Raises FileNotFoundError for a missing file; DataFormatError naming the file and line for
-    invalid UTF-8, a wrong column count, a grade that is not a number, not an integer or negative, and a
-    pair judged twice with different grades."""
+    Grades are integers (``2`` or ``2.0``). A negative grade (TREC: −2 junk / spam, −1 pooled but not judged)
+    is read as 0, judged non-relevant, as trec_eval counts it, with one warning giving the count and the first
+    line. A repeated identical line is ignored (with a warning giving the count). Raises FileNotFoundError for
+    a missing file; DataFormatError naming the file and line for invalid UTF-8, a wrong column count, a grade
+    that is not a number or not an integer, and a pair judged twice with different grades."""
     path = Path(path)
     qrels: Qrels = {}
     repeated = 0
+    negative: list[int] = []
     for n, line in iter_lines(path, "qrels file"):
         parts = line.split()
         if not parts:
@@ -185,6 +187,9 @@ def read_qrels(path: str | os.PathLike) -> Qrels:
         else:
             raise DataFormatError(f"{path}:{n}: expected 3 (BEIR) or 4 (TREC) columns, got {len(parts)}")
         g = _grade(grade, f"{path}:{n}")
+        if g < 0:
+            negative.append(n)
+            g = 0
         docs = qrels.setdefault(qid, {})
         if pid in docs:
             if docs[pid] != g:
@@ -193,19 +198,20 @@ def read_qrels(path: str | os.PathLike) -> Qrels:
         docs[pid] = g
     if repeated:
         log.warning("%s: ignored %d repeated (query, passage, grade) lines", path, repeated)
+    if negative:
+        log.warning("%s: %d judgments with a negative grade (first at line %d) read as 0, judged non-relevant "
+                    "(TREC: -2 junk, -1 pooled but not judged)", path, len(negative), negative[0])
     return qrels
 
 
 def _grade(text: str, where: str) -> int:
-    """A relevance grade: an integer ≥ 0, written ``2`` or ``2.0``; DataFormatError naming ``where`` else."""
+    """A relevance grade: an integer, written ``2`` or ``2.0``; DataFormatError naming ``where`` else."""
     try:
         value = float(text)
     except ValueError:
         raise DataFormatError(f"{where}: relevance grade {text!r} is not a number") from None
     if not value.is_integer():
         raise DataFormatError(f"{where}: relevance grade {text!r} is not an integer")
-    if value < 0:
-        raise DataFormatError(f"{where}: relevance grade {text!r} is negative (grades are integers >= 0)")
     return int(value)
 
 
