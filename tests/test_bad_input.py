@@ -81,10 +81,12 @@ def test_invalid_utf8_names_file_line_and_byte_offset(tmp_path, reader, good, ba
     assert f"{path}:2:" in str(exc.value) and f"byte offset {offset}" in str(exc.value)
 
 
-def test_empty_query_or_passage_text_names_file_and_line(tmp_path, beir_copy):
+def test_empty_query_or_passage_text_names_file_and_line(tmp_path, beir_copy, caplog):
+    # an empty corpus passage is kept (the corpus is evaluated as published) and counted in a warning
     corpus = jsonl(tmp_path / "corpus.jsonl", [{"_id": "d1", "text": "a"}, {"_id": "d2", "title": "", "text": " "}])
-    with pytest.raises(DataFormatError, match=rf"{corpus}:2: passage 'd2' has an empty 'text'"):
-        read_corpus(corpus)
+    with caplog.at_level(logging.WARNING):
+        assert len(read_corpus(corpus)) == 2
+    assert f"{corpus}: 1 passages with an empty 'text' and no 'title' (first at line 2), kept" in caplog.text
     # a judged query with empty text: training query q-heart-0 (line 1), test query q-heart-1 (line 2)
     queries = [json.loads(line) for line in (beir_copy / "queries.jsonl").read_text().splitlines()]
     assert [q["_id"] for q in queries[:2]] == ["q-heart-0", "q-heart-1"]

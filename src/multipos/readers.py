@@ -115,10 +115,13 @@ def _field(obj: dict, name: str, where: str, types=(str,)):
 def read_corpus(path: str | os.PathLike) -> Corpus:
     """Read a BEIR ``corpus.jsonl``.
 
-    Raises DataFormatError naming the file and line for a bad line, a duplicate ``_id`` (and the line that
-    first used it), or a passage whose ``title`` and ``text`` are both empty (it would encode to nothing)."""
+    Raises DataFormatError naming the file and line for a bad line or a duplicate ``_id`` (and the line that
+    first used it). Passages whose ``title`` and ``text`` are both empty are kept (a retrieval corpus is
+    evaluated as published; such a passage encodes to the special tokens alone) with one warning giving their
+    number and the first line."""
     corpus = Corpus()
     first_line: dict[str, int] = {}
+    empty: list[int] = []
     for n, obj in iter_jsonl(path):
         where = f"{path}:{n}"
         pid = str(_field(obj, "_id", where, (str, int)))
@@ -126,9 +129,12 @@ def read_corpus(path: str | os.PathLike) -> Corpus:
             raise DataFormatError(f"{where}: duplicate passage id {pid!r} (first at line {first_line[pid]})")
         passage = Passage(pid, str(obj.get("title") or ""), str(_field(obj, "text", where)))
         if not passage.full_text().strip():
-            raise DataFormatError(f"{where}: passage {pid!r} has an empty 'text' and no 'title'")
+            empty.append(n)
         corpus.passages[pid] = passage
         first_line[pid] = n
+    if empty:
+        log.warning("%s: %d passages with an empty 'text' and no 'title' (first at line %d), kept", path, len(empty),
+                    empty[0])
     return corpus
 
 
