@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from multipos.readers import Corpus, Run
@@ -10,10 +12,11 @@ from multipos.readers import Corpus, Run
 class BM25:
     """BM25 (Lucene variant, k1=0.9, b=0.4 as in Anserini/BEIR) over a corpus, English stemming and stop words.
 
-    Args: corpus: passages indexed as ``title text``; k1, b: BM25 parameters.
+    Args: corpus: passages indexed as ``title text``; k1, b: BM25 parameters; progress: bm25s's progress bars
+    (tokenising, indexing, retrieving), None = only when stderr is a terminal.
     """
 
-    def __init__(self, corpus: Corpus, k1: float = 0.9, b: float = 0.4):
+    def __init__(self, corpus: Corpus, k1: float = 0.9, b: float = 0.4, progress: bool | None = None):
         import bm25s
 
         try:
@@ -22,11 +25,12 @@ class BM25:
             self._stemmer = Stemmer.Stemmer("english")
         except ImportError:  # pragma: no cover - PyStemmer is a dependency
             self._stemmer = None
+        self.progress = sys.stderr.isatty() if progress is None else bool(progress)
         self.ids = corpus.ids
         self._bm25s = bm25s
         self._index = bm25s.BM25(k1=k1, b=b, method="lucene")
-        tokens = bm25s.tokenize(corpus.texts(), stopwords="en", stemmer=self._stemmer, show_progress=False)
-        self._index.index(tokens, show_progress=False)
+        tokens = bm25s.tokenize(corpus.texts(), stopwords="en", stemmer=self._stemmer, show_progress=self.progress)
+        self._index.index(tokens, show_progress=self.progress)
 
     def search(self, queries: dict[str, str], k: int = 1000) -> Run:
         """Top-``k`` passages per query: {query id → {passage id → BM25 score}} (fewer if the corpus is smaller)."""
@@ -34,8 +38,9 @@ class BM25:
             return {}
         qids = list(queries)
         k = min(k, len(self.ids))
-        tokens = self._bm25s.tokenize([queries[q] for q in qids], stopwords="en", stemmer=self._stemmer, show_progress=False)
-        idx, scores = self._index.retrieve(tokens, k=k, show_progress=False, n_threads=1)
+        tokens = self._bm25s.tokenize([queries[q] for q in qids], stopwords="en", stemmer=self._stemmer,
+                                        show_progress=self.progress)
+        idx, scores = self._index.retrieve(tokens, k=k, show_progress=self.progress, n_threads=1)
         run: Run = {}
         for row, qid in enumerate(qids):
             keep = scores[row] > 0  # bm25s pads with zero-score hits when fewer terms match

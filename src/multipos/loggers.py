@@ -1,9 +1,23 @@
-"""Experiment loggers: W&B that never blocks (offline when its server cannot be reached)."""
+"""Experiment loggers: W&B that never blocks (offline when its server cannot be reached), the resolved config and the
+final metrics of a run, and a study's rendered table and figure.
+
+What a ``logger=wandb`` run holds (``conf/logger/wandb.yaml``): the full resolved config (:func:`log_config`), the
+training curves (``train/loss``, ``train/lr``, ``diag/…`` with ``callbacks=diagnostics``; ``stage<i>-`` prefixed in
+multi-stage runs), the dev metric per epoch (``val/<metric>``), and after the final evaluation every set's metrics as
+``test/<set>/<metric>`` in the run summary (:func:`log_final_metrics`, which also closes the run). Runs are grouped by
+``experiment_name``. ``python -m multipos.report.render <sweep> --wandb`` adds a ``report`` run with the study's table
+as a ``wandb.Table`` and its figure (:func:`log_report`). Offline runs are written to ``<run dir>/wandb/offline-run-*``
+and uploaded later with ``wandb sync <that folder>``.
+"""
 
 from __future__ import annotations
 
 import os
 import socket
+import sys
+from collections.abc import Mapping
+
+from omegaconf import DictConfig, OmegaConf
 
 
 def wandb_reachable(host: str = "api.wandb.ai", port: int = 443, timeout: float = 2.0) -> bool:
@@ -15,14 +29,95 @@ def wandb_reachable(host: str = "api.wandb.ai", port: int = 443, timeout: float 
         return False
 
 
+def _offline(offline: bool | None) -> bool:
+    """``offline`` as given, or (None) True when ``WANDB_MODE`` asks for it or the server is unreachable."""
+    if offline is not None:
+        return bool(offline)
+    return os.environ.get("WANDB_MODE") in ("offline", "dryrun", "disabled") or not wandb_reachable()
+
+
 def wandb_logger(project: str = "multipos", name: str | None = None, save_dir: str = ".", offline: bool | None = None, **kwargs):
     """Lightning ``WandbLogger``; ``offline=None`` picks offline mode when the server is unreachable.
 
-    Offline runs are written under ``<save_dir>/wandb`` and can be uploaded later with ``wandb sync``.
+    ``kwargs`` go to ``WandbLogger`` and ``wandb.init`` (``group``, ``job_type``, ``tags``, ``prefix``…). Offline runs
+    are written under ``<save_dir>/wandb`` and can be uploaded later with ``wandb sync``.
     """
     from lightning.pytorch.loggers import WandbLogger
 
-    if offline is None:
-        offline = os.environ.get("WANDB_MODE") == "offline" or not wandb_reachable()
     os.environ.setdefault("WANDB_INIT_TIMEOUT", "30")
-    return WandbLogger(project=project, name=name, save_dir=save_dir, offline=offline, **kwargs)
+    return WandbLogger(project=project, name=name, save_dir=save_dir, offline=_offline(offline), **kwargs)
+
+
+def resolved_config(cfg: DictConfig) -> dict:
+    """The run's configuration as plain nested dicts with every interpolation resolved (the ``hydra`` node left out)."""
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    plain.pop("hydra", None)
+    return plain
+
+
+def log_config(logger, cfg: DictConfig) -> None:
+    """Record the full resolved config in a W&B logger's run config (other loggers: nothing; the run directory's
+    ``.hydra/config.yaml`` already holds it), so runs of a sweep can be filtered and grouped by any config key."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    if isinstance(logger, WandbLogger):
+        logger.log_hyperparams(resolved_config(cfg))
+
+
+def _active_wandb_run():
+    """The process's W&B run, or None (wandb is never imported here when no one else did)."""
+    wandb = sys.modules.get("wandb")
+    return getattr(wandb, "run", None) if wandb is not None else None
+
+
+def log_final_metrics(results: Mapping[str, Mapping[str, float]]) -> None:
+    """Log ``{set: {metric: value}}`` as ``test/<set>/<metric>`` (run summary and one last log row) to the active
+    W&B run, if any, and finish it (a sweep's next run in the same process starts its own). No-op without W&B."""
+    run = _active_wandb_run()
+    if run is None:
+        return
+    flat = {f"test/{s}/{m}": float(v) for s, ms in results.items() for m, v in ms.items()}
+    run.log(flat)
+    run.summary.update(flat)
+    run.finish()
+
+
+def markdown_rows(md: str) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the first Markdown pipe table in ``md`` (cells stripped; separator line skipped).
+
+    Raises ValueError when ``md`` holds no pipe table.
+    """
+    lines = [line.strip() for line in md.splitlines()]
+    start = next((i for i, line in enumerate(lines) if line.startswith("|")), None)
+    if start is None:
+        raise ValueError("no Markdown table (lines starting with '|') in the rendered report")
+    table = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        table.append([c.strip() for c in line.strip("|").split("|")])
+    body = [r for r in table[1:] if not all(set(c) <= set(":- ") for c in r)]
+    return table[0], body
+
+
+def log_report(name: str, md: str, figure=None, project: str = "multipos", save_dir: str = ".",
+               offline: bool | None = None, group: str | None = None) -> str:
+    """Log a study's rendered table (the Markdown of :func:`multipos.report.render.render_sweep`) as ``wandb.Table``
+    ``report/<name>`` and, when given, its matplotlib figure as ``report/<name>_figure``, in a W&B run of its own
+    (job type ``report``, group ``group`` or ``name``). Offline as :func:`wandb_logger`. Returns the run's files folder.
+    """
+    import wandb
+
+    from multipos.report.plots import _wandb_image
+
+    header, rows = markdown_rows(md)
+    mode = "offline" if _offline(offline) else "online"
+    run = wandb.init(project=project, name=f"report-{name}", group=group or name, job_type="report", dir=save_dir,
+                     mode=mode, reinit="finish_previous")
+    payload = {f"report/{name}": wandb.Table(columns=header, data=rows)}
+    if figure is not None:
+        payload[f"report/{name}_figure"] = _wandb_image(figure)
+    run.log(payload)
+    folder = str(run.dir)
+    run.finish()
+    return folder

@@ -109,7 +109,8 @@ def encode(
     model.eval()
     order = np.argsort([-len(t) for t in texts], kind="stable")
     fn = model.encode_queries if kind == "query" else model.encode_passages
-    bar = tqdm(range(0, len(texts), batch_size), desc=f"encode {kind}s", disable=not progress, leave=False)
+    # disable=None: the bar shows only on a terminal
+    bar = tqdm(range(0, len(texts), batch_size), desc=f"encode {kind}s", disable=None if progress else True, leave=False)
     try:
         for start in bar:
             idx = order[start : start + batch_size]
@@ -400,7 +401,8 @@ def search(query_emb: np.ndarray, passage_emb: np.ndarray, query_ids: list[str],
     scores = np.empty((len(queries), 0), dtype=np.float32)
     ids = np.empty((len(queries), 0), dtype=np.int64)
     n_shards = math.ceil(n / size)
-    for s, lo in enumerate(range(0, n, size)):
+    bar = tqdm(range(0, n, size), desc="FAISS search over shards", unit="shard", disable=None if n_shards > 1 else True)
+    for s, lo in enumerate(bar):  # progress bar on a terminal, for sharded (large) corpora
         hi = min(lo + size, n)
         if n_shards > 1:
             log.info("FAISS shard %d/%d: passages %d–%d", s + 1, n_shards, lo, hi)

@@ -37,6 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 from multipos import atomic
 from multipos.assets import cache_dir
 from multipos.eval_runner import eval_sets, evaluate_sets, references, retrieval_options, write_results
+from multipos.loggers import log_config, log_final_metrics
 from multipos.losses import ContrastiveLoss
 from multipos.stages import Stage, plan, schedule_spans
 
@@ -82,7 +83,8 @@ def build_callbacks(cfg: DictConfig, stage_dir: Path, val_set) -> tuple[list, ob
 
     ``retrieval_validation`` (dev retrieval each epoch, when a validation set is configured) and
     ``model_checkpoint`` (best dev checkpoint) come from the config; a second ModelCheckpoint keeps
-    ``last.ckpt`` every ``every_n_train_steps`` steps and at each epoch end, for resuming.
+    ``last.ckpt`` every ``every_n_train_steps`` steps and at each epoch end, for resuming. Every other entry
+    with a ``_target_`` (e.g. ``gradient_diagnostics``, ``callbacks=diagnostics``) is instantiated as is.
     """
     cbs = cfg.get("callbacks") or {}
     callbacks, best = [], None
@@ -97,6 +99,9 @@ def build_callbacks(cfg: DictConfig, stage_dir: Path, val_set) -> tuple[list, ob
             callbacks.append(best)
         callbacks.append(checkpoint(dirpath=str(stage_dir), monitor=None, save_top_k=0, save_last=True,
                                     save_on_train_epoch_end=True))
+    for key, node in cbs.items():
+        if key not in ("retrieval_validation", "model_checkpoint") and isinstance(node, DictConfig) and "_target_" in node:
+            callbacks.append(instantiate(node))
     return callbacks, best
 
 
@@ -104,13 +109,16 @@ def build_trainer(cfg: DictConfig, out: Path, max_epochs: int, callbacks: list, 
     """Instantiate ``cfg.trainer`` for one stage with the logger and the stage's callbacks.
 
     ``stage`` (multi-stage runs) becomes the logger's ``version`` so stages log side by side
-    (``csv/stage1/metrics.csv``, ``csv/stage2/…``) instead of overwriting each other. Checkpoints are
-    written atomically and read with ``weights_only=True`` (:class:`multipos.atomic.AtomicCheckpointIO`).
+    (``csv/stage1/metrics.csv``, ``csv/stage2/…``) instead of overwriting each other, or its metric ``prefix``
+    (W&B: ``stage1-train/loss``); a W&B logger also records the resolved config (:func:`multipos.loggers.log_config`).
+    Checkpoints are written atomically and read with ``weights_only=True`` (:class:`multipos.atomic.AtomicCheckpointIO`).
     """
     logger = False
     if cfg.get("logger"):
-        extra = {"version": stage} if stage is not None and "version" in cfg.logger else {}
+        key = next((k for k in ("version", "prefix") if k in cfg.logger), None)
+        extra = {key: stage} if stage is not None and key else {}
         logger = instantiate(cfg.logger, **extra)
+        log_config(logger, cfg)
     return instantiate(cfg.trainer, default_root_dir=str(out), logger=logger, callbacks=callbacks, max_epochs=max_epochs,
                        plugins=[atomic.AtomicCheckpointIO()])
 
@@ -253,6 +261,7 @@ def train(cfg: DictConfig) -> dict:
     info.update(status="complete", stage_records=records, wall_s=round(info["wall_s"] + time.time() - start, 1))
     text = write_results(out, results, refs, extra_lines=[f"wall time {info['wall_s']:.0f} s on {info['device']}"])
     atomic.write_json(out / "run_info.json", info)
+    log_final_metrics(results)  # W&B: test/<set>/<metric>, then the run is closed
     print("\n" + text + "\n")
     print(f"run directory: {out}")
     return results

@@ -28,6 +28,8 @@ import warnings
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from tqdm.auto import tqdm
+
 from multipos import atomic
 from multipos.report.plots import PLOT_METRICS, ratio_ablation_figure
 from multipos.report.runs import RunResult, config_node, load_run, override_map, read_json
@@ -162,11 +164,15 @@ def _trials(spec: Mapping, runs: list[RunResult], infos: list[Mapping], first: P
     return md, tex, notes
 
 
-def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results", name: str | None = None) -> str:
+def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results", name: str | None = None,
+                 wandb_project: str | None = None) -> str:
     """Render the study in ``sweep_dir`` to ``<out>/<name>.md`` and ``.tex`` (and ``.png`` with a plot).
 
     ``name`` replaces ``report.name`` as the output stem. Files are written atomically (temporary
-    sibling, then ``os.replace``). Returns the Markdown text. Raises ``FileNotFoundError`` when the sweep
+    sibling, then ``os.replace``). Runs are loaded with a progress bar (on a terminal). ``wandb_project``: also log
+    the table as a ``wandb.Table`` and the figure to a W&B run of that project, grouped by the study
+    (:func:`multipos.loggers.log_report`; offline under ``<sweep_dir>/wandb`` without a network).
+    Returns the Markdown text. Raises ``FileNotFoundError`` when the sweep
     holds no complete run, ``ValueError`` for a missing / malformed ``report`` node, runs disagreeing on
     ``report.name``, or anything :func:`~multipos.report.tables.render_table` rejects; warns (``UserWarning``)
     about incomplete run directories.
@@ -178,7 +184,9 @@ def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results",
                                 + (f"; {len(incomplete)} incomplete" if incomplete else ""))
     spec = read_spec(complete + incomplete)
     stem = name or str(spec["name"])
-    runs = [load_run(d, require_per_query=False) for d in complete]
+    bar = tqdm(complete, desc=f"{sweep.name}: {len(complete)} complete runs, {len(incomplete)} in progress",
+               unit="run", disable=None, leave=False)
+    runs = [load_run(d, require_per_query=False) for d in bar]
     infos = [run_info(d) for d in complete]
     if spec["kind"] == "trials":
         md, tex, notes = _trials(spec, runs, infos, complete[0])
@@ -193,7 +201,7 @@ def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results",
         notes.append(f"Incomplete runs (no metrics.json), not in the table: {rel}.")
     rows = None if spec["kind"] == "trials" else len(group_seeds(runs))
     notes.append(provenance(sweep, runs, infos, rows))
-    out = Path(out)
+    out, fig = Path(out), None
     if spec["plot"] is not None:
         plot = spec["plot"]
         metrics = plot.get("metrics") or PLOT_METRICS
@@ -205,6 +213,10 @@ def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results",
     tex = tex + "\n" + "".join(f"% {line}\n" for n in notes for line in n.splitlines())
     atomic.write_text(out / f"{stem}.md", md)
     atomic.write_text(out / f"{stem}.tex", tex)
+    if wandb_project:
+        from multipos.loggers import log_report
+
+        log_report(stem, md, fig, project=wandb_project, save_dir=str(sweep))
     return md
 
 
@@ -216,9 +228,11 @@ def main(argv: Sequence[str] | None = None) -> str:
     p.add_argument("sweep_dir", help="the study's sweep directory (run directories at any depth)")
     p.add_argument("--out", default="experiments/results", help="output folder (default: %(default)s)")
     p.add_argument("--name", help="output stem (default: report.name of the runs' config)")
+    p.add_argument("--wandb", nargs="?", const="multipos", metavar="PROJECT",
+                   help="also log the table (wandb.Table) and figure to W&B project PROJECT (default: %(const)s)")
     args = p.parse_args(argv)
     try:
-        md = render_sweep(args.sweep_dir, args.out, args.name)
+        md = render_sweep(args.sweep_dir, args.out, args.name, wandb_project=args.wandb)
     except (FileNotFoundError, ValueError) as exc:
         p.exit(2, f"{p.prog}: error: {exc}\n")
     print(md, end="")
