@@ -37,9 +37,11 @@ test: install
 test-slow: install
 	$(BIN)/python -m pytest -m slow $(ARGS)
 
-## Speed benchmarks (encoding throughput, evaluation time, train step; FAISS index kinds) → bench/results/
+## Benchmarks, appended to bench/results/{speed,search}.jsonl: multipos vs a bare PyTorch step, sentence-transformers
+## MNRL and encode, the Lightning loop, objective share, DDP/GradCache (bench_speed.py); FAISS index kinds and
+## sharded search (bench_search.py). Quick sizes on a CPU, full sizes on CUDA. make bench ARGS="--threads 1"
 bench: install
-	$(BIN)/python bench/bench_speed.py
+	$(BIN)/python bench/bench_speed.py $(ARGS)
 	$(BIN)/python bench/bench_search.py
 
 clean-cache:

@@ -7,17 +7,22 @@ Measures, and appends to ``bench/results/search.jsonl`` (one JSON line per run, 
   efSearch = max(128, k) = 1000 here);
 * end-to-end :func:`multipos.retrieval.search` time (build + search + merge + the {qid → {pid → score}}
   run) for ``flat`` in one index and in shards of 25k passages, and whether both runs are identical;
-* recall@10 and recall@1000 of hnsw / ivf against flat (fraction of flat's top-k they return).
+* recall@10 and recall@k of hnsw / ivf against flat (fraction of flat's top-k they return);
+* the same passages written as memory-mapped shards (:func:`multipos.shards.save_shards`, float32 and float16)
+  and searched shard by shard (:func:`multipos.shards.search_shards`): time, and whether the float32 run is
+  identical to the single-index run (ids and scores), recall@k and the largest score change of float16.
 
 The embeddings are clustered like real ones (uniform random 384-d vectors have no neighbourhood
 structure, which would make the approximate indexes look far worse than on a corpus): 1,000 Gaussian
 centres, passages = centre + noise, L2-normalised; queries = noisy copies of random passages.
-Options: ``--n --dim --queries --k --shard-size --seed``.
+Options: ``--n --dim --queries --k --shard-size --seed``; ``--quick`` (the default without CUDA) = 20k passages,
+200 queries, k = 100, shards of 5k.
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from pathlib import Path
 
@@ -43,21 +48,53 @@ def recall(approx: np.ndarray, exact: np.ndarray, k: int) -> float:
     return float(np.mean([len(set(a[:k].tolist()) & set(e[:k].tolist())) / k for a, e in zip(approx, exact)]))
 
 
+def store_search(q, p, qids, pids, whole, args, res) -> None:
+    """Shard folders (float32 and float16) searched shard by shard, against the single-index run ``whole``."""
+    from multipos.shards import ShardedEmbeddings, save_shards, search_shards
+
+    num_shards = -(-args.n // args.shard_size)
+    res["store_shards"] = num_shards
+    for dtype in ("float32", "float16"):
+        with tempfile.TemporaryDirectory(prefix="multipos-bench-shards-") as folder:
+            start = time.perf_counter()
+            save_shards(p, pids, folder, num_shards, dtype=dtype)
+            res[f"store_{dtype}_write_s"] = round(time.perf_counter() - start, 2)
+            start = time.perf_counter()
+            run = search_shards(q, ShardedEmbeddings.open(folder), qids, k=args.k)
+            res[f"store_{dtype}_search_s"] = round(time.perf_counter() - start, 2)
+        if dtype == "float32":
+            res["store_float32_identical"] = all(list(run[x].items()) == list(whole[x].items()) for x in qids)
+        else:
+            res[f"store_float16_recall@{args.k}"] = round(float(np.mean(
+                [len(set(run[x]) & set(whole[x])) / len(whole[x]) for x in qids])), 4)
+            res["store_float16_max_abs_score_diff"] = float(max(
+                abs(run[x][d] - s) for x in qids for d, s in whole[x].items() if d in run[x]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument("--quick", action=argparse.BooleanOptionalAction, default=None,
+                    help="20k passages, 200 queries, k=100 (default: quick without CUDA)")
+    ap.add_argument("--n", type=int, default=None, help="passages (default 100,000; quick 20,000)")
     ap.add_argument("--dim", type=int, default=384)
-    ap.add_argument("--queries", type=int, default=1000)
-    ap.add_argument("--k", type=int, default=1000)
-    ap.add_argument("--shard-size", type=int, default=25_000)
+    ap.add_argument("--queries", type=int, default=None, help="default 1,000; quick 200")
+    ap.add_argument("--k", type=int, default=None, help="default 1,000; quick 100")
+    ap.add_argument("--shard-size", type=int, default=None, help="default 25,000; quick 5,000")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    import torch
+
+    quick = not torch.cuda.is_available() if args.quick is None else args.quick
+    for name, full, small in (("n", 100_000, 20_000), ("queries", 1000, 200), ("k", 1000, 100),
+                              ("shard_size", 25_000, 5_000)):
+        if getattr(args, name) is None:
+            setattr(args, name, small if quick else full)
 
     import faiss
 
     from multipos.retrieval import build_index, default_nlist, gpu_available, search, search_index
 
-    res = {**machine_info(),
+    res = {**machine_info(), "bench": "search", "size": "quick" if quick else "full",
            "faiss": faiss.__version__, "faiss_threads": faiss.omp_get_max_threads(), "numpy": np.__version__,
            "gpu": gpu_available(), "n": args.n, "dim": args.dim, "queries": args.queries, "k": args.k,
            "data": "clustered-1000-unit", "hnsw_m": 32, "ef_construction": 200, "ef_search": max(128, args.k),
@@ -86,6 +123,7 @@ def main() -> None:
     res["flat_sharded_run_s"] = round(time.perf_counter() - start, 2)
     res["flat_sharded_identical"] = all(list(sharded[x]) == list(whole[x]) for x in qids)
     res["flat_sharded_max_abs_score_diff"] = max(abs(sharded[x].get(d, float("inf")) - s) for x in qids for d, s in whole[x].items())
+    store_search(q, p, qids, pids, whole, args, res)
 
     append_result(OUT, res)
 

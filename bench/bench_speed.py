@@ -1,82 +1,224 @@
-"""Speed benchmarks on the real assets (all-MiniLM-L6-v2, NFCorpus). Run with ``make bench``.
+"""Speed benchmarks, each side by side in one process on the same batches, reported as ratios. Run with
+``make bench`` (``--quick`` on a CPU, the full sizes on a GPU); one JSON line per run is appended to
+``bench/results/speed.jsonl`` with machine info and date.
 
-Measures, and appends to ``bench/results/speed.jsonl`` (one JSON line per run, with machine info):
-* corpus encoding throughput (passages/s) at 256 tokens, bf16 autocast and fp32;
-* NFCorpus test evaluation wall time (323 queries, 3.6k passages) with and without cached corpus
-  embeddings — encoding, FAISS IndexFlatIP top-1000 and ranx metrics;
-* one training step (B=16 queries × G=8 passages, 32/128 tokens, LSEPair, AdamW), bf16 and fp32 with
-  attention dropout 0 (``model=minilm``), and bf16 with the checkpoint's attention dropout 0.1.
+Ratios (> 1 = multipos faster), with the targets of issue 9:
+
+* ``step_vs_bare`` = bare step time / multipos step time (≥ 0.95): the RetrieverModule's forward, loss,
+  backward, clipping and AdamW step against the same computation written directly on ``transformers``;
+* ``step_vs_st_mnrl`` = sentence-transformers MultipleNegativesRankingLoss step time / multipos step time
+  (≥ 1.0), with the same attention dropout as multipos (0, ``model=minilm``); ``step_vs_st_mnrl_shipped``
+  keeps the checkpoint's attention dropout 0.1 on the sentence-transformers side;
+* ``lightning_vs_bare`` = bare step time / Lightning ``fit`` step time (≥ 0.9): the whole loop — data loading,
+  collation (tokenisation), transfer, step, logging — against the bare step on the same batches already
+  tokenised;
+* ``encode_vs_st`` = sentence-transformers ``encode`` time / multipos ``encode`` time (≥ 1.2), same passages,
+  batch size and truncation; each side in its own default precision (multipos: bf16 where native; ST: fp32);
+* ``objective_share@B,G`` = objective time (forward + backward of the loss on a [B, B·G] score matrix) / step
+  time (≤ 1 %), for B=128, G=8 and B=512, G=16; the step is measured at those sizes on a GPU (or with
+  ``--full-step``), else extrapolated from the measured step (see ``step_estimate``).
+
+Sizes: ``--quick`` B=4, G=4, 32/64-token queries/passages, 128 passages encoded at 64 tokens; full: B=64, G=8,
+32/128 tokens, 4096 passages at 256 tokens. Default: full on CUDA, quick otherwise. Device: CUDA when available;
+autocast bf16 only where native (:func:`multipos.auto_precision`), else fp32.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import torch
-from common import append_result, machine_info
+from common import append_result, bench_data, bf16_native, interleaved, machine_info, pick_device
 
 OUT = Path(__file__).resolve().parent / "results" / "speed.jsonl"
+SIZES = {
+    "quick": dict(batch=4, group=4, query_len=32, passage_len=64, rounds=5, encode_n=128, encode_len=64),
+    "full": dict(batch=64, group=8, query_len=32, passage_len=128, rounds=10, encode_n=4096, encode_len=256),
+}
+SHARE_SIZES = ((128, 8), (512, 16))
 
 
-def timed(fn, repeat: int = 1) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+def step_ratios(data, device, bf16: bool, size: dict, res: dict):
+    """multipos vs bare vs sentence-transformers MNRL steps, then the Lightning loop, on the same batches."""
+    from sides import bare_step, data_module, lightning_loop, multipos_step, st_columns, st_model, st_step
+
+    B, G, rounds = size["batch"], size["group"], size["rounds"]
+    dm = data_module(data, B, G, size["query_len"], size["passage_len"])
+    batches = []
+    for batch in dm.train_dataloader():
+        batches.append(batch)
+        if len(batches) == rounds + 1:
+            break
+    queries = {q: text for q, text, _ in data.queries}
+    sides = {"multipos": multipos_step(data, device, bf16), "bare": bare_step(data, device, bf16, G)}
+    st_sides = {}
+    for tag, dropout in (("st_mnrl", 0.0), ("st_mnrl_shipped", None)):
+        st = st_model(data, device, size["passage_len"], dropout)
+        cols = [st_columns(st, b, data.passages, queries, G) for b in batches]
+        st_sides[tag] = (st_step(st, device, bf16), cols)
+    # every side on batch j before any side on batch j + 1; ST sides take their own tokenisation of batch j
+    index = {id(b): j for j, b in enumerate(batches)}
+    for tag, (fn, cols) in st_sides.items():
+        sides[tag] = lambda b, fn=fn, cols=cols: fn(cols[index[id(b)]])
+    t = interleaved(sides, batches, warmup=1, device=device)
+    res.update({f"step_s_{k}": round(v, 4) for k, v in t.items()})
+    res["queries_per_s_multipos_step"] = round(B / t["multipos"], 2)
+    res["passages_per_s_multipos_step"] = round(B * G / t["multipos"], 2)
+    res["step_vs_bare"] = round(t["bare"] / t["multipos"], 3)
+    res["step_vs_st_mnrl"] = round(t["st_mnrl"] / t["multipos"], 3)
+    res["step_vs_st_mnrl_shipped"] = round(t["st_mnrl_shipped"] / t["multipos"], 3)
+    res["dropout"] = {"multipos": "attention 0.0 (model=minilm), hidden 0.1", "bare": "attention 0.0, hidden 0.1",
+                      "st_mnrl": "attention 0.0, hidden 0.1", "st_mnrl_shipped": "attention 0.1, hidden 0.1 (checkpoint)"}
+    del st_sides, sides
+
+    loop = lightning_loop(data, dm, device, rounds)
+    bare_again = interleaved({"bare": bare_step(data, device, bf16, G)}, batches, warmup=1, device=device)["bare"]
+    bare = statistics.median([t["bare"], bare_again])
+    res["step_s_lightning_loop"] = round(statistics.median(loop), 4)
+    res["step_s_bare_for_loop"] = round(bare, 4)
+    res["lightning_vs_bare"] = round(bare / statistics.median(loop), 3)
+    res["queries_per_s_lightning_loop"] = round(B / statistics.median(loop), 2)
+    res["dataloader_workers"] = dm.num_workers
+    return t["multipos"]
+
+
+def encode_ratio(data, device, bf16: bool, size: dict, res: dict) -> None:
+    """multipos ``encode`` vs sentence-transformers ``encode`` on the same passages (interleaved rounds)."""
+    import numpy as np
+
+    from multipos.retrieval import encode
+    from sides import multipos_model, st_model
+
+    texts = list(data.passages.values())[: size["encode_n"]]
+    length, batch = size["encode_len"], 64
+    model = multipos_model(data).to(device)
+    st = st_model(data, device, length, None)
+    out = {}
+    sides = {"multipos": lambda x: out.__setitem__("multipos", encode(
+                 model, x, "passage", max_length=length, batch_size=batch, bf16=bf16, progress=False, device=None)),
+             "sentence_transformers": lambda x: out.__setitem__("st", st.encode(
+                 x, batch_size=batch, show_progress_bar=False, convert_to_numpy=True))}
+    t = interleaved(sides, [texts[:32], texts, texts], warmup=1, device=device)  # warm-up on 32 passages
+    res["encode_passages_per_s_multipos"] = round(len(texts) / t["multipos"], 1)
+    res["encode_passages_per_s_st"] = round(len(texts) / t["sentence_transformers"], 1)
+    res["encode_vs_st"] = round(t["sentence_transformers"] / t["multipos"], 3)
+    res["encode_precision"] = {"multipos": "bf16 autocast" if bf16 else "fp32", "st": "fp32 (its default)"}
+    a, b = out["multipos"], np.asarray(out["st"], dtype=np.float32)
+    res["encode_min_cosine_multipos_vs_st"] = round(float(np.min(np.sum(a * b, 1) / (
+        np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)))), 6)
+
+
+def objective_share(data, device, bf16: bool, size: dict, step_s: float, full_step: bool, res: dict) -> None:
+    """Objective forward + backward on [B, B·G] score matrices (every objective; G/2 positives per query) as a
+    share of the step at the same B, G: measured when ``full_step``, else the measured step scaled linearly in
+    tokens (B·Lq + B·G·Lp) from the benchmark's own size."""
+    from multipos.losses import OBJECTIVES, SINGLE_POSITIVE, ContrastiveLoss
+
+    for B, G in SHARE_SIZES:
+        n = B * G
+        scores = torch.randn(B, n, device=device, requires_grad=True)
+        pos = torch.zeros(B, n, dtype=torch.bool, device=device)
+        for i in range(B):
+            pos[i, i * G: i * G + G // 2] = True
+        one = torch.zeros_like(pos)
+        one[torch.arange(B), torch.arange(B) * G] = True  # single-positive objectives: the first positive only
+        times = {}
+        for name in OBJECTIVES:
+            loss, p = ContrastiveLoss(name), (one if name in SINGLE_POSITIVE else pos)
+            times[name] = interleaved({name: lambda _, loss=loss, p=p: loss(scores, p, ~pos).backward()},
+                                      [None] * 6, warmup=1, device=device)[name]
+        lq, lp = size["query_len"], size["passage_len"]
+        if full_step:
+            step, how = _measured_step(data, device, bf16, B, G, lq, lp)
+        else:
+            b, g = size["batch"], size["group"]
+            step = step_s * (B * lq + B * G * lp) / (b * lq + b * g * lp)
+            how = (f"extrapolated: measured step at B={b}, G={g} ({step_s:.3f} s) x (B*{lq} + B*G*{lp}) / "
+                   f"({b}*{lq} + {b}*{g}*{lp}) query+passage tokens")
+        key = f"B{B}_G{G}"
+        res[f"objective_s_{key}"] = {k: round(v, 5) for k, v in times.items()}
+        if step is None:
+            res[f"objective_share_{key}"] = how
+            continue
+        res[f"step_s_{key}"] = round(step, 3)
+        res[f"step_estimate_{key}"] = how
+        res[f"objective_share_{key}_lsepair"] = round(times["lsepair"] / step, 5)
+        res[f"objective_share_{key}_max"] = round(max(times.values()) / step, 5)
+
+
+def _measured_step(data, device, bf16, B, G, lq, lp):
+    """The multipos step at B × G on full-length random token ids (3 timed steps) → (seconds, how)."""
+    from multipos.data import Batch
+    from sides import multipos_step
+
+    step = multipos_step(data, device, bf16)
+
+    def tokens(n, length):
+        return {"input_ids": torch.randint(100, 1000, (n, length)), "attention_mask": torch.ones(n, length, dtype=torch.long)}
+
+    pos = torch.zeros(B, B * G, dtype=torch.bool)
+    pos[torch.arange(B), torch.arange(B) * G] = True
+    batch = Batch(tokens(B, lq), tokens(B * G, lp), pos, ~pos, [f"q{i}" for i in range(B)],
+                  [f"p{j}" for j in range(B * G)])
+    try:
+        t = interleaved({"step": step}, [batch] * 4, warmup=1, device=device)["step"]
+    except torch.OutOfMemoryError as e:
+        return None, f"not measured: out of memory at B={B}, G={G}, {lp} tokens ({str(e).splitlines()[0]})"
+    finally:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return t, f"measured: multipos step at B={B}, G={G}, full-length {lq}/{lp}-token random ids"
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action=argparse.BooleanOptionalAction, default=None,
+                    help="small sizes (default: quick on a CPU, full on CUDA)")
+    ap.add_argument("--full-step", action=argparse.BooleanOptionalAction, default=None,
+                    help="measure the step at B=128,G=8 and B=512,G=16 (default: on CUDA only)")
+    ap.add_argument("--skip", nargs="*", default=[], choices=["steps", "encode", "share", "ddp"])
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch CPU threads (default: torch's); 1 keeps ratios stable on a CPU shared with other jobs")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     os.environ.setdefault("MULTIPOS_CACHE", tempfile.mkdtemp(prefix="multipos-bench-"))
-    from multipos.evaluation import EvalSet, dense_run, evaluate_run
-    from multipos.losses import ContrastiveLoss
-    from multipos.model import DualEncoder
-    from multipos.retrieval import encode
+    device = pick_device()
+    quick = device.type != "cuda" if args.quick is None else args.quick
+    full_step = device.type == "cuda" if args.full_step is None else args.full_step
+    size = SIZES["quick" if quick else "full"]
+    bf16 = bf16_native()
+    data = bench_data()
+    res = {**machine_info(), "bench": "speed", "size": "quick" if quick else "full", **size, "device": str(device),
+           "precision": "bf16 autocast" if bf16 else "fp32", "model": Path(data.model).name,
+           "data": "nfcorpus" if data.real else "random texts", "objective_in_steps": "singlelh",
+           "targets": {"step_vs_bare": 0.95, "step_vs_st_mnrl": 1.0, "lightning_vs_bare": 0.9, "encode_vs_st": 1.2,
+                       "objective_share": 0.01}}
+    phases, step_s = {}, None
 
-    res = {**machine_info(),
-           "torch": torch.__version__, "threads": torch.get_num_threads()}
-    # as conf/model/minilm.yaml (attention dropout 0); the train step is also timed with the checkpoint's 0.1
-    model = DualEncoder("all-MiniLM-L6-v2", pooling="mean", normalize=True, temperature=0.05, attention_dropout=0.0)
-    data = EvalSet("nfcorpus_test", "nfcorpus", split="test").load()
-    texts = data.corpus.texts()[:512]
-    for bf16 in (True, False):
-        secs = timed(lambda: encode(model, texts, "passage", max_length=256, bf16=bf16, progress=False))
-        res[f"encode_passages_per_s_256tok_{'bf16' if bf16 else 'fp32'}"] = round(len(texts) / secs, 1)
+    def phase(name, fn, *a):
+        start = time.perf_counter()
+        out = fn(*a)
+        phases[name] = round(time.perf_counter() - start, 1)
+        print(f"[bench] {name}: {phases[name]} s", flush=True)
+        return out
 
-    cache = Path(os.environ["MULTIPOS_CACHE"])
+    if "steps" not in args.skip:
+        step_s = phase("steps", step_ratios, data, device, bf16, size, res)
+    if "encode" not in args.skip:
+        phase("encode", encode_ratio, data, device, bf16, size, res)
+    if "share" not in args.skip and (step_s is not None or full_step):
+        phase("share", objective_share, data, device, bf16, size, step_s, full_step, res)
+    if "ddp" not in args.skip:
+        from bench_ddp import ddp_and_grad_cache
 
-    def evaluate():
-        run = dense_run(model, data, k=1000, cache=cache, progress=False)
-        return evaluate_run(data.qrels, run)
-
-    res["eval_nfcorpus_test_s_cold"] = round(timed(evaluate), 2)  # encodes the corpus, fills the cache
-    res["eval_nfcorpus_test_s_cached"] = round(timed(evaluate, repeat=3), 2)
-
-    loss = ContrastiveLoss("lsepair")
-    q = model.tokenize(["what is the effect of statins on breast cancer"] * 16, "query")
-    p = model.tokenize(texts[:128], "passage", max_length=128)
-    pos = torch.zeros(16, 128, dtype=torch.bool)
-    for i in range(16):
-        pos[i, i * 8: i * 8 + 4] = True
-    dropout_01 = DualEncoder("all-MiniLM-L6-v2", pooling="mean", normalize=True, temperature=0.05)
-    for tag, m, bf16 in (("bf16", model, True), ("fp32", model, False), ("bf16_attn_dropout0.1", dropout_01, True)):
-        opt = torch.optim.AdamW(m.parameters(), lr=1e-5)
-        m.train()
-
-        def step(m=m, opt=opt, bf16=bf16):
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                scores = m.score(m.encode_queries(q), m.encode_passages(p))
-            value = loss(scores, pos, ~pos)
-            opt.zero_grad()
-            value.backward()
-            opt.step()
-        step()  # warm-up
-        res[f"train_step_s_B16_G8_{tag}"] = round(timed(step, repeat=2), 2)
-
+        res["ddp"] = phase("ddp", ddp_and_grad_cache, quick)
+    res["phase_wall_s"] = phases
     append_result(OUT, res)
 
 

@@ -1,17 +1,51 @@
-"""Shared by the benchmark scripts: the machine-info header of a result line and appending it to a JSONL file."""
+"""Shared by the benchmark scripts: machine info, appending a result line, interleaved timing, the device and
+its autocast, and the model and texts every benchmark runs on."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
+import random
+import statistics
+import subprocess
+import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def machine_info() -> dict:
-    """Timestamp, CPU architecture and core count: the first fields of every result line."""
-    return {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": platform.machine(), "cpus": os.cpu_count()}
+    """Date, git commit, CPU model, core count, 1-minute load average (other jobs on the machine slow every
+    side alike, but it is worth knowing), torch/CUDA versions and the GPU name when one is used."""
+    info = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": platform.machine(), "cpu": _cpu_name(),
+            "cpus": os.cpu_count()}
+    with contextlib.suppress(OSError):
+        info["load_1min"] = round(os.getloadavg()[0], 2)
+    with contextlib.suppress(OSError, subprocess.CalledProcessError):
+        info["commit"] = subprocess.check_output(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                                                 text=True, stderr=subprocess.DEVNULL).strip()
+    try:
+        import torch
+    except ImportError:
+        return info
+    info.update(torch=torch.__version__, threads=torch.get_num_threads())
+    if torch.cuda.is_available():
+        info.update(gpu=torch.cuda.get_device_name(0), cuda=torch.version.cuda)
+    return info
 
 
 def append_result(out: Path, res: dict) -> None:
@@ -20,3 +54,94 @@ def append_result(out: Path, res: dict) -> None:
     with out.open("a") as f:
         f.write(json.dumps(res) + "\n")
     print(json.dumps(res, indent=2))
+
+
+def pick_device():
+    """CUDA when available, else the CPU (torch.device)."""
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def bf16_native() -> bool:
+    """bf16 where it is native (:func:`multipos.auto_precision`: a bf16 GPU, or a CPU with AVX512-BF16/AMX)."""
+    from multipos import auto_precision
+
+    return auto_precision() == "bf16-mixed"
+
+
+def autocast(device, bf16: bool):
+    """bf16 autocast on ``device`` when ``bf16``, else a no-op context (fp32)."""
+    import torch
+
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+
+
+def sync(device) -> None:
+    """Wait for queued GPU work, so a timer around a step measures the step."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def interleaved(sides: dict, inputs: list, warmup: int = 1, device=None) -> dict[str, float]:
+    """Median seconds per call of each ``sides[name](x)`` over ``inputs``, the sides taking turns on every
+    input (A B C, A B C, …) so that machine noise falls on all of them alike. The first ``warmup`` inputs
+    run untimed."""
+    times: dict[str, list[float]] = {name: [] for name in sides}
+    for j, x in enumerate(inputs):
+        for name, fn in sides.items():
+            start = time.perf_counter()
+            fn(x)
+            if device is not None:
+                sync(device)
+            if j >= warmup:
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+@dataclass
+class BenchData:
+    """What the speed benchmarks run on: a checkpoint folder, passage texts by id, and training queries
+    (id, text, one positive passage id); ``real`` says whether it is all-MiniLM-L6-v2 + NFCorpus."""
+
+    model: str
+    passages: dict[str, str]
+    queries: list[tuple[str, str, str]]
+    real: bool
+
+
+def _tiny(folder: Path, n_passages: int = 2000, n_queries: int = 400) -> BenchData:
+    """A 2-layer 64-dim random BERT and random-word texts (used when the assets are absent)."""
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(500)]
+    (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
+    BertTokenizerFast(str(folder / "vocab.txt")).save_pretrained(folder)
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=505, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=128, max_position_embeddings=512)).save_pretrained(folder)
+    passages = {f"p{i}": " ".join(rng.choices(words, k=rng.randint(40, 300))) for i in range(n_passages)}
+    queries = [(f"q{i}", " ".join(rng.choices(words, k=8)), f"p{rng.randrange(n_passages)}") for i in range(n_queries)]
+    return BenchData(str(folder), passages, queries, real=False)
+
+
+def bench_data() -> BenchData:
+    """all-MiniLM-L6-v2 and NFCorpus (train queries with their first judged passage) from ``$MULTIPOS_ASSETS``
+    (default ``../shared/assets``), or a tiny random model and texts when they are missing."""
+    from multipos.assets import assets_dir
+    from multipos.readers import read_corpus, read_qrels, read_queries
+
+    root = assets_dir()
+    model, data = root / "models" / "all-MiniLM-L6-v2", root / "data" / "nfcorpus"
+    if not (model.is_dir() and (data / "corpus.jsonl").is_file()):
+        print(f"assets not found under {root}: benchmarking a tiny random BERT on random texts")
+        return _tiny(Path(tempfile.mkdtemp(prefix="multipos-bench-model-")))
+    corpus = read_corpus(data / "corpus.jsonl")
+    texts = read_queries(data / "queries.jsonl")
+    qrels = read_qrels(data / "qrels" / "train.tsv")
+    queries = [(q, texts[q], next(iter(docs))) for q, docs in qrels.items() if docs and texts.get(q)]
+    return BenchData(str(model), {p: corpus[p].full_text() for p in corpus.ids}, queries, real=True)

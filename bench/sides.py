@@ -1,0 +1,189 @@
+"""The contenders of the speed benchmark, each a ``step(batch)`` on the same :class:`multipos.data.Batch` objects:
+
+* ``multipos``: :class:`multipos.module.RetrieverModule` (DualEncoder, mean pooling, L2, τ = 0.05, SingleLH)
+  forward, loss, backward, gradient clipping at 1.0, AdamW step — what Lightning runs in each training step;
+* ``bare``: the same computation written directly against ``transformers.AutoModel`` and
+  ``F.cross_entropy`` (InfoNCE over the B·G in-batch passages, target column i·G);
+* ``sentence-transformers``: ``MultipleNegativesRankingLoss`` (scale 20 = 1/τ, cosine) on (query, positive,
+  G − 1 negatives) columns of the same texts, pre-tokenized by its own ``preprocess``.
+
+All sides: AdamW(lr 2e-5, weight decay 0.01), clipping at 1.0, the same autocast (bf16 only where native),
+and hidden dropout 0.1 (the checkpoint's). Attention dropout is a setting of each side (``model=minilm`` uses 0).
+Also: the in-memory training source and data module that build the batches, and the Lightning loop timer.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+import time
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from common import REPO, BenchData, autocast, sync
+
+TAU = 0.05
+
+
+class MemorySource:
+    """Training source over :class:`common.BenchData`: each query with its one positive and 30 random negatives."""
+
+    def __init__(self, data: BenchData, seed: int = 0):
+        self.data, self.seed = data, seed
+
+    def load(self):
+        from multipos.groups import TrainQuery
+        from multipos.readers import Corpus, Passage
+
+        corpus = Corpus({p: Passage(p, "", t) for p, t in self.data.passages.items()})
+        rng, ids = random.Random(self.seed), list(self.data.passages)
+        queries = [TrainQuery(q, text, gold=[pos], negatives=[n for n in rng.sample(ids, 31) if n != pos][:30])
+                   for q, text, pos in self.data.queries]
+        return corpus, queries
+
+
+def data_module(data: BenchData, batch_size: int, group_size: int, query_len: int, passage_len: int):
+    """:class:`multipos.data.MultiPosDataModule` over :class:`MemorySource`: 1 positive + G − 1 hard negatives per
+    query, tokenised by the model's tokenizer, DataLoader workers as the training configs choose them."""
+    import multipos
+    from multipos.data import MultiPosDataModule
+
+    workers = multipos.auto_workers() if hasattr(multipos, "auto_workers") else 0
+    dm = MultiPosDataModule(MemorySource(data), tokenizer=data.model, regime="gold", group_size=group_size,
+                            max_positives=1, batch_size=batch_size, query_max_length=query_len,
+                            passage_max_length=passage_len, num_workers=workers, seed=0)
+    dm.setup("fit")
+    return dm
+
+
+def multipos_model(data: BenchData, attention_dropout: float = 0.0):
+    """The dual encoder as ``model=minilm`` builds it (attention dropout 0 by default)."""
+    from multipos.model import DualEncoder
+
+    return DualEncoder(data.model, pooling="mean", normalize=True, temperature=TAU, query_max_length=32,
+                       passage_max_length=512, attention_dropout=attention_dropout)
+
+
+def _finish(loss, params, opt) -> None:
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+
+
+def multipos_step(data: BenchData, device, bf16: bool, attention_dropout: float = 0.0):
+    from multipos.losses import ContrastiveLoss
+    from multipos.module import RetrieverModule
+
+    module = RetrieverModule(multipos_model(data, attention_dropout).to(device), ContrastiveLoss("singlelh"),
+                             scheduler=None).train()
+    opt = module.configure_optimizers()
+    params = [p for p in module.parameters() if p.requires_grad]
+
+    def step(batch):
+        batch = batch.to(device)
+        with autocast(device, bf16):
+            if hasattr(module, "batch_loss"):  # the module's own loss path (masks over the global batch in DDP)
+                q, p = module.model.encode_queries(batch.query), module.model.encode_passages(batch.passages)
+                loss = module.batch_loss(q, p, batch)[0]
+            else:
+                loss = module.loss(module(batch), batch.positive_mask, batch.negative_mask)
+        _finish(loss, params, opt)
+
+    return step
+
+
+def bare_step(data: BenchData, device, bf16: bool, group_size: int, attention_dropout: float = 0.0):
+    from transformers import AutoModel
+
+    encoder = AutoModel.from_pretrained(data.model, attention_probs_dropout_prob=attention_dropout).float()
+    encoder.to(device).train()
+    opt = torch.optim.AdamW(encoder.parameters(), lr=2e-5, weight_decay=0.01)
+
+    def embed(tokens):
+        hidden = encoder(input_ids=tokens["input_ids"], attention_mask=tokens["attention_mask"]).last_hidden_state
+        mask = tokens["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+        return F.normalize(((hidden * mask).sum(1) / mask.sum(1)).float(), dim=-1)
+
+    def step(batch):
+        batch = batch.to(device)
+        with autocast(device, bf16):
+            scores = embed(batch.query) @ embed(batch.passages).T / TAU
+        target = torch.arange(scores.shape[0], device=device) * group_size
+        _finish(F.cross_entropy(scores.float(), target), list(encoder.parameters()), opt)
+
+    return step
+
+
+def st_columns(st, batch, texts: dict[str, str], queries: dict[str, str], group_size: int) -> list[dict]:
+    """The batch as sentence-transformers columns: queries, then passage j of every group for j = 0..G−1
+    (j = 0 the positive), each tokenised by ``st.preprocess`` (CPU tensors)."""
+    cols = [[queries[q] for q in batch.query_ids]]
+    pids = batch.passage_ids
+    for j in range(group_size):
+        cols.append([texts[pids[i * group_size + j]] for i in range(len(batch.query_ids))])
+    return [st.preprocess(c) for c in cols]
+
+
+def st_model(data: BenchData, device, max_length: int, attention_dropout: float | None):
+    """SentenceTransformer on the same checkpoint; ``attention_dropout=None`` keeps the checkpoint's (0.1)."""
+    from sentence_transformers import SentenceTransformer
+
+    kwargs = {} if attention_dropout is None else {"config_kwargs": {"attention_probs_dropout_prob": attention_dropout}}
+    st = SentenceTransformer(data.model, device=str(device), **kwargs)
+    st.max_seq_length = max_length
+    return st
+
+
+def st_step(st, device, bf16: bool):
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+    st.train()
+    loss_fn = MultipleNegativesRankingLoss(st, scale=1.0 / TAU)
+    opt = torch.optim.AdamW(st.parameters(), lr=2e-5, weight_decay=0.01)
+    params = list(st.parameters())
+
+    def step(columns):
+        columns = [{k: v.to(device) if torch.is_tensor(v) else v for k, v in c.items()} for c in columns]
+        with autocast(device, bf16):
+            loss = loss_fn(columns, None)
+        _finish(loss, params, opt)
+
+    return step
+
+
+class StepTimer(L.Callback):
+    """Lightning callback: wall time between consecutive ``on_train_batch_end`` calls — data loading, collation
+    (tokenisation), transfer, the step and logging — for every step after the first."""
+
+    def __init__(self, device):
+        self.device, self.ends = device, []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        sync(self.device)
+        self.ends.append(time.perf_counter())
+
+    @property
+    def steps(self) -> list[float]:
+        return [b - a for a, b in zip(self.ends, self.ends[1:])]
+
+
+def lightning_loop(data: BenchData, dm, device, steps: int) -> list[float]:
+    """``Trainer.fit`` (``conf/trainer/default.yaml``: precision where native, clipping 1.0, logging every step to a
+    CSV logger) of a RetrieverModule on ``dm`` for ``steps`` + 1 steps → seconds of each step after the first."""
+    from hydra.utils import instantiate
+    from lightning.pytorch.loggers import CSVLogger
+    from omegaconf import OmegaConf
+
+    from multipos.losses import ContrastiveLoss
+    from multipos.module import RetrieverModule
+
+    cfg = OmegaConf.load(REPO / "conf" / "trainer" / "default.yaml")
+    timer = StepTimer(device)
+    trainer = instantiate(cfg, max_steps=steps + 1, max_epochs=-1, enable_checkpointing=False,
+                          enable_progress_bar=False, enable_model_summary=False, callbacks=[timer],
+                          logger=CSVLogger(tempfile.mkdtemp(prefix="multipos-bench-csv-")))
+    module = RetrieverModule(multipos_model(data), ContrastiveLoss("singlelh"), scheduler=None)
+    trainer.fit(module, datamodule=dm)
+    return timer.steps
