@@ -14,12 +14,12 @@ from multipos.shards import (
     ShardedEmbeddings,
     distributed_search,
     encode_shards,
-    merge_topk,
     save_shards,
     search_shards,
     shard_bounds,
     shards_for_memory,
 )
+from multipos.topk import merge_topk
 
 
 def _exact_run(q: np.ndarray, p: np.ndarray, qids, pids, k: int) -> dict:

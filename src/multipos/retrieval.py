@@ -376,9 +376,9 @@ def search(query_emb: np.ndarray, passage_emb: np.ndarray, query_ids: list[str],
     ``shard_size`` (passages per shard; None = one index): builds one index per contiguous shard, in
     turn, searches it and merges its top-k into the running global top-k, so peak memory is one shard's
     index (+ Q·k·12 bytes of results). Exact for ``flat`` (equal to the unsharded run, ties at the k-th
-    score included: :func:`multipos.shards.shard_topk`); for hnsw/ivf every shard is its own approximate
+    score included: :func:`multipos.topk.shard_topk`); for hnsw/ivf every shard is its own approximate
     index. Queries are searched ``query_batch_size`` at a time (:func:`search_index`; HNSW with efSearch ≥ k).
-    Equal scores are ordered by passage row (:func:`multipos.shards.merge_topk`). Shards written to disk by
+    Equal scores are ordered by passage row (:func:`multipos.topk.merge_topk`). Shards written to disk by
     several processes: :mod:`multipos.shards`. Raises ValueError on mismatched ids/rows or k < 1.
     """
     if len(query_ids) != len(query_emb) or len(passage_ids) != len(passage_emb):
@@ -388,7 +388,7 @@ def search(query_emb: np.ndarray, passage_emb: np.ndarray, query_ids: list[str],
         raise ValueError(f"k must be ≥ 1; got {k}")
     if index_kind not in INDEX_KINDS:  # fail before any work
         raise ValueError(f"unknown FAISS index kind {index_kind!r} (config key eval.index); allowed: {', '.join(INDEX_KINDS)}")
-    from multipos.shards import index_topk, merge_topk
+    from multipos.topk import index_topk, merge_topk
 
     n = len(passage_ids)
     if n == 0 or len(query_ids) == 0:

@@ -16,10 +16,9 @@ after a barrier. Without a process group, ``rank`` / ``world_size`` can be passe
 SLURM array per rank).
 
 Exact search (:func:`search_shards`, :func:`distributed_search`): each shard is searched with a FAISS
-``IndexFlatIP`` for its *tie-complete* top-k (:func:`shard_topk`: every passage scoring at least the
-shard's k-th score), and candidates are merged by (score descending, corpus row ascending)
-(:func:`merge_topk`). The result is the exact top-k under that total order, so it is the same — ids and
-scores — whatever the number of shards or processes, ties included.
+``IndexFlatIP`` for its tie-complete top-k and the candidates are merged by (score descending, corpus row
+ascending) (:mod:`multipos.topk`), so the run is the same — ids and scores — whatever the number of shards or
+processes, ties included.
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ import numpy as np
 
 from multipos import atomic
 from multipos.readers import Run
+from multipos.topk import index_topk, merge_topk
 
 log = logging.getLogger(__name__)
 
@@ -254,50 +254,6 @@ class ShardedEmbeddings:
         if len(ids) != s["stop"] - s["start"]:
             raise ValueError(f"{path}: {len(ids)} ids for rows {s['start']}–{s['stop']} of {self.folder / MANIFEST}")
         return ids
-
-
-def merge_topk(scores: list[np.ndarray], rows: list[np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Merge candidate sets [Q, k_i] (float32 scores, int64 corpus rows; row −1 = no hit) → the best ``k`` per
-    query, [Q, k], ordered by score descending, then corpus row ascending (a total order: the result does not
-    depend on how candidates were split). Missing hits come last with row −1 and score −inf."""
-    d = np.concatenate([np.where(r < 0, -np.inf, s).astype(np.float32) for s, r in zip(scores, rows)], axis=1)
-    i = np.concatenate(rows, axis=1).astype(np.int64)
-    order = np.lexsort((np.where(i < 0, np.iinfo(np.int64).max, i), -d), axis=-1)[:, :k]
-    return np.take_along_axis(d, order, axis=1), np.take_along_axis(i, order, axis=1)
-
-
-def shard_topk(index, queries: np.ndarray, k: int, size: int, query_batch_size: int = 4096):
-    """Tie-complete top-``k`` of one exact (flat) index over ``size`` rows → (scores [Q, k'], local rows [Q, k']).
-
-    FAISS picks arbitrarily among passages tied at its k-th score. Searching k + 1 tells whether a tie
-    straddles the cut; while one does for some query, the search is repeated with k doubled, until every
-    query's last hit scores below its k-th (or the shard is exhausted). Every passage scoring at least the
-    k-th score is then present, which makes :func:`merge_topk` over shards exact.
-    """
-    from multipos.retrieval import search_index
-
-    want = min(k, size)
-    depth = min(want + 1, size)
-    while True:
-        d, i = search_index(index, queries, depth, query_batch_size)
-        if depth >= size or want == 0 or not np.any(d[:, -1] >= d[:, want - 1]):
-            return d, i
-        depth = min(2 * depth, size)
-
-
-def index_topk(emb: np.ndarray, queries: np.ndarray, k: int, index_kind: str = "flat", query_batch_size: int = 4096,
-               **index_kw) -> tuple[np.ndarray, np.ndarray]:
-    """Index ``emb`` [n, dim] (:func:`multipos.retrieval.build_index`) and search ``queries`` [Q, dim] float32 →
-    (scores [Q, k'], rows of ``emb`` [Q, k']). ``flat``: tie-complete (:func:`shard_topk`); ``hnsw`` / ``ivf``:
-    the index's own approximate top-k. An empty ``emb`` gives k' = 0."""
-    from multipos.retrieval import build_index, search_index
-
-    if len(emb) == 0:
-        return np.empty((len(queries), 0), np.float32), np.empty((len(queries), 0), np.int64)
-    index = build_index(emb, index_kind, **index_kw)
-    if index_kind == "flat":
-        return shard_topk(index, queries, k, len(emb), query_batch_size)
-    return search_index(index, queries, min(k, len(emb)), query_batch_size)
 
 
 def _search_shard(store: ShardedEmbeddings, s: int, queries: np.ndarray, k: int, index_kind: str, index_kw: dict):
