@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import lightning as L
 import torch
@@ -41,12 +41,14 @@ class GroupDataset(Dataset):
 
     The epoch travels with the index, so random choices (Rand1LH draws, random-M, sampled hard negatives)
     are re-drawn every epoch whatever the trainer's dataloader-reload setting, in worker processes too.
+    ``pools``: {query id → hard negatives} that replace the queries' own (a dense refresh), or None.
     """
 
     def __init__(self, queries: list[TrainQuery], regime: str, builder: GroupBuilder, fallback_ids: list[str]):
         self.items = [(q, q.positives(regime)) for q in queries]
         self.items = [(q, pos) for q, pos in self.items if pos]
         self.builder, self.fallback_ids = builder, fallback_ids
+        self.pools: dict[str, list[str]] | None = None
 
     def __len__(self) -> int:
         return len(self.items)
@@ -54,6 +56,8 @@ class GroupDataset(Dataset):
     def __getitem__(self, key: tuple[int, int]) -> Group:
         i, epoch = key
         q, pos = self.items[i]
+        if self.pools is not None and q.query_id in self.pools:
+            q = replace(q, negatives=self.pools[q.query_id])
         return self.builder.build(q, pos, epoch, self.fallback_ids)
 
 
@@ -202,13 +206,23 @@ class MultiPosDataModule(L.LightningDataModule):
         self._tokenizer = None
         self.dataset: GroupDataset | None = None
         self.stats: dict = {}
+        self.negative_pools: dict[str, list[str]] | None = None
 
     def set_stage(self, regime: str, single_positive: str | None) -> None:
-        """Select the positive regime and the single-positive rule of the next stage (from its stage config)."""
+        """Select the positive regime and the single-positive rule of the next stage (from its stage config); the
+        stage starts from the source's hard negatives."""
         if regime not in REGIMES:
             raise ValueError(f"unknown regime {regime!r}; allowed: {', '.join(REGIMES)}")
         self.stage_regime, self.single_positive = regime, single_positive
-        self.dataset = None
+        self.dataset, self.negative_pools = None, None
+
+    def set_negatives(self, pools: dict[str, list[str]] | None) -> None:
+        """Build groups from ``pools`` ({query id → hard negatives, best first}) instead of the source's mined
+        negatives from the next group on (the dense refresh, :class:`multipos.dense_negatives.NegativeRefresh`);
+        None goes back to the source's. Queries absent from ``pools`` keep theirs."""
+        self.negative_pools = pools
+        if self.dataset is not None:
+            self.dataset.pools = pools
 
     @property
     def tokenizer(self):
@@ -253,6 +267,7 @@ class MultiPosDataModule(L.LightningDataModule):
             builder = GroupBuilder(**self.builder_args, single_positive=self.single_positive,
                                    pin_first=self.stage_regime == "heterogeneous", seed=self.seed)
             dataset = GroupDataset(queries, self.stage_regime, builder, self.corpus.ids)
+            dataset.pools = self.negative_pools
             if len(dataset) == 0:
                 raise ValueError(self._empty_message(self.stage_regime, len(queries)))
             kept = {q.query_id for q, _ in dataset.items}
@@ -295,6 +310,10 @@ class MultiPosDataModule(L.LightningDataModule):
             from multipos.model import check_tokenizer
 
             check_tokenizer(self.tokenizer, model.query_encoder, f"data.tokenizer={self.tokenizer_name}")
+        if self.trainer is not None:
+            from multipos.dense_negatives import check_refresh_callback
+
+            check_refresh_callback(self.trainer, self.source)
         sampler = EpochSampler(len(self.dataset), self.seed)
         if self.trainer is not None:
             sampler.set_epoch(self.trainer.current_epoch)

@@ -124,15 +124,10 @@ def encode(
     return out
 
 
-def _cache_key(model: DualEncoder, ids: list[str], texts: list[str], max_length: int | None,
-               bf16: bool = True) -> str:
-    """``{model.fingerprint()}-{sha1(ids, texts)}-{max length}-{bf16|fp32}``.
-
-    ``model.fingerprint()`` hashes the passage encoder weights *and* its pooling + normalisation; the corpus
-    part hashes every id and the full text (UTF-8, each length-prefixed), so an edited passage is a miss
-    even when its length is unchanged (about 2 s per million passages of MS MARCO length). The key ignores
-    ``tag`` (the set name) so sets sharing a corpus (NFCorpus dev/test) share embeddings.
-    """
+def corpus_digest(ids: list[str], texts: list[str]) -> str:
+    """16 hex digits of sha1 over every (id, text) pair in order (UTF-8, each length-prefixed): an edited,
+    added, removed or reordered passage changes it, even when its length is unchanged (about 2 s per million
+    passages of MS MARCO length). The corpus part of the embedding and dense-negative cache keys."""
     h = hashlib.sha1()
     pack = struct.Struct("<QQ").pack
     for i, t in zip(ids, texts):
@@ -140,8 +135,19 @@ def _cache_key(model: DualEncoder, ids: list[str], texts: list[str], max_length:
         h.update(pack(len(ib), len(tb)))
         h.update(ib)
         h.update(tb)
+    return h.hexdigest()[:16]
+
+
+def _cache_key(model: DualEncoder, ids: list[str], texts: list[str], max_length: int | None,
+               bf16: bool = True) -> str:
+    """``{model.fingerprint()}-{corpus_digest(ids, texts)}-{max length}-{bf16|fp32}``.
+
+    ``model.fingerprint()`` hashes the passage encoder weights *and* its pooling + normalisation; the corpus
+    part (:func:`corpus_digest`) hashes every id and the full text. The key ignores ``tag`` (the set name) so
+    sets sharing a corpus (NFCorpus dev/test) share embeddings.
+    """
     precision = "bf16" if bf16 else "fp32"
-    return f"{model.fingerprint()}-{h.hexdigest()[:16]}-{max_length or model.passage_max_length}-{precision}"
+    return f"{model.fingerprint()}-{corpus_digest(ids, texts)}-{max_length or model.passage_max_length}-{precision}"
 
 
 def _preallocate(path: Path) -> None:

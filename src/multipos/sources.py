@@ -1,9 +1,16 @@
 """Training-data sources: turn files on disk into a corpus and a list of :class:`TrainQuery`.
 
 * :class:`BeirGradedSource` — a BEIR folder with graded training qrels (NFCorpus: grade 2 = gold,
-  grade 1 = silver), hard negatives mined with BM25 and cached on disk.
+  grade 1 = silver), hard negatives mined with BM25 or a dense model and cached on disk.
 * :class:`TevatronSource` — the paper's released data in the Tevatron JSONL schema, a file or an
-  HF ``datasets`` dataset; the first ``gold_positives`` positives of each line are gold.
+  HF ``datasets`` dataset; the first ``gold_positives`` positives of each line are gold; hard negatives
+  are the file's or mined with a dense model.
+
+Hard negatives (``negatives``): ``bm25`` (BEIR) or ``given`` (Tevatron) as published, or ``dense``: the top
+passages of a dense model, by default the starting checkpoint (:mod:`multipos.dense_negatives`), optionally
+refreshed with the weights being trained every ``negative_refresh_epochs`` epochs (ANCE). Every miner applies one
+rule, :func:`unjudged_negatives`: a passage judged for the query, with any grade (0 included), is never its
+negative.
 
 Positive order inside a tier is ``given`` (file order) or ``teacher`` (descending score of a
 teacher dual encoder, by default the starting checkpoint — the paper's annotations are ordered by
@@ -14,10 +21,11 @@ produced them in the file name.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
-import os
 from pathlib import Path
+from typing import Iterable
 
 from multipos import atomic
 from multipos.assets import cache_dir, resolve_dataset
@@ -27,6 +35,42 @@ from multipos.readers import (Corpus, DataFormatError, check_qrels_ids, check_qu
 
 log = logging.getLogger(__name__)
 ORDERINGS = ("given", "teacher")
+
+
+def unjudged_negatives(ranked: Iterable[str], judged: Iterable[str], depth: int) -> list[str]:
+    """The first ``depth`` passages of ``ranked`` (best first) that are not in ``judged``: the one exclusion rule
+    of every hard-negative miner (BM25 and dense).
+
+    ``judged`` is every passage with a judgment for the query, whatever its grade: positives, and also passages
+    judged non-relevant (grade 0, and the negative TREC grades the readers keep as judged non-relevant). Grade-0
+    passages are left out too, so that "judged" means the same thing here as in the in-batch false-negative mask
+    (:func:`multipos.groups.group_masks`), where every judged passage of a query is ignored; on the training
+    qrels used here it changes nothing (NFCorpus's graded train qrels hold grades 1 and 2 only, Tevatron files
+    have no grade-0 judgments).
+    """
+    judged = set(judged)
+    return list(itertools.islice((p for p in ranked if p not in judged), depth))
+
+
+def _check_negative_options(negatives: str, allowed: tuple[str, ...], model: str | None, refresh: int | None,
+                            depth: int) -> None:
+    """Validate a source's hard-negative settings; ValueError naming the ``data.source`` field."""
+    if negatives not in allowed:
+        raise ValueError(f"unknown data.source.negatives {negatives!r}; allowed: {', '.join(allowed)}")
+    if negatives == "dense" and not model:
+        raise ValueError("data.source.negatives=dense needs data.source.negative_model (a checkpoint)")
+    if refresh is not None and (isinstance(refresh, bool) or not isinstance(refresh, int) or refresh < 1):
+        raise ValueError(f"data.source.negative_refresh_epochs must be null or an integer >= 1, got {refresh!r}")
+    if depth < 1:
+        raise ValueError(f"data.source.negative_depth must be >= 1, got {depth}")
+
+
+def _dense_pools(model: str, encoder: dict | None, corpus: Corpus, queries: list[TrainQuery],
+                 depth: int) -> dict[str, list[str]]:
+    from multipos.dense_negatives import mine_with_checkpoint
+
+    return mine_with_checkpoint(model, corpus, {q.query_id: q.query for q in queries},
+                                {q.query_id: q.judged for q in queries}, depth, encoder)
 
 
 def _cache_json(name: str, settings: dict, compute):
@@ -52,11 +96,8 @@ def mine_bm25_negatives(corpus: Corpus, queries: dict[str, str], judged: dict[st
 
         log.info("mining BM25 negatives for %d queries (depth %d)", len(queries), depth)
         run = BM25(corpus).search(queries, k=depth + max((len(j) for j in judged.values()), default=0))
-        out = {}
-        for q, docs in run.items():
-            ranked = sorted(docs, key=lambda d: -docs[d])
-            out[q] = [d for d in ranked if d not in judged.get(q, ())][:depth]
-        return out
+        return {q: unjudged_negatives(sorted(docs, key=lambda d: -docs[d]), judged.get(q, ()), depth)
+                for q, docs in run.items()}
 
     settings = {"source": source, "n_passages": len(corpus), "queries": len(queries), "depth": depth, "miner": "bm25s-lucene-0.9-0.4"}
     return _cache_json("negatives", settings, compute)
@@ -113,7 +154,14 @@ class BeirGradedSource:
         path: BEIR folder or dataset name (e.g. ``nfcorpus``; resolved via MULTIPOS_ASSETS).
         qrels_file: graded qrels relative to the folder (TREC or BEIR TSV), e.g. ``qrels-graded/train.s-3.qrel``.
         gold_grade: grade of gold (human) positives; silver_grade: grade of silver positives.
-        negative_depth: BM25 top-k mined per query (judged passages removed).
+        negatives: ``bm25`` (BM25 top-``negative_depth``) or ``dense`` (``negative_model``'s top-``negative_depth``,
+            :func:`multipos.dense_negatives.mine_with_checkpoint`); judged passages removed either way
+            (:func:`unjudged_negatives`). Cached under ``<cache>/negatives``.
+        negative_depth: hard negatives mined per query.
+        negative_model: checkpoint of the dense miner (the data configs: the starting checkpoint);
+            negative_encoder: its DualEncoder keyword arguments (pooling, normalize, max lengths).
+        negative_refresh_epochs: re-mine with the weights being trained every K epochs
+            (:class:`multipos.dense_negatives.NegativeRefresh`), None = never.
         ordering: ``given`` (qrels file order) or ``teacher``; teacher: checkpoint for ``teacher``.
         teacher_pooling, teacher_normalize: the teacher's pooling and L2 when its checkpoint saved none
             (the data configs pass the model config's).
@@ -124,13 +172,17 @@ class BeirGradedSource:
 
     Raises: FileNotFoundError for a missing qrels file (listing those present); DataFormatError for file
     errors (file and line), qrels naming unknown ids, qrels without any query, or a judged query with empty
-    text; ValueError for an unknown ordering.
+    text; ValueError for an unknown ordering or bad hard-negative settings (naming the field).
     """
 
     def __init__(self, path: str, qrels_file: str, gold_grade: int = 2, silver_grade: int = 1,
                  negative_depth: int = 100, ordering: str = "given", teacher: str | None = None,
                  max_queries: int | None = None, teacher_pooling: str | None = None,
-                 teacher_normalize: bool | None = None):
+                 teacher_normalize: bool | None = None, negatives: str = "bm25", negative_model: str | None = None,
+                 negative_encoder: dict | None = None, negative_refresh_epochs: int | None = None):
+        _check_negative_options(negatives, ("bm25", "dense"), negative_model, negative_refresh_epochs, negative_depth)
+        self.negatives, self.negative_model = negatives, negative_model
+        self.negative_encoder, self.negative_refresh_epochs = negative_encoder, negative_refresh_epochs
         if ordering not in ORDERINGS:
             raise ValueError(f"unknown data.source.ordering {ordering!r}; allowed: {', '.join(ORDERINGS)}")
         if ordering == "teacher" and not teacher:
@@ -168,8 +220,11 @@ class BeirGradedSource:
                         "they will be skipped, e.g. %s", qpath, len(unjudged), len(queries), self.silver_grade,
                         unjudged[:5])
         tag = f"{folder.resolve()}|{self.qrels_file}"
-        negatives = mine_bm25_negatives(corpus, {q.query_id: q.query for q in queries},
-                                        {q.query_id: q.judged for q in queries}, self.negative_depth, tag)
+        if self.negatives == "dense":
+            negatives = _dense_pools(self.negative_model, self.negative_encoder, corpus, queries, self.negative_depth)
+        else:
+            negatives = mine_bm25_negatives(corpus, {q.query_id: q.query for q in queries},
+                                            {q.query_id: q.judged for q in queries}, self.negative_depth, tag)
         for q in queries:
             q.negatives = negatives.get(q.query_id, [])
         if self.ordering == "teacher":
@@ -187,14 +242,30 @@ class TevatronSource:
         gold_positives: how many leading ``positive_passages`` are gold (human): 1 for the
             heterogeneous files (human positive first), 0 for homogeneous (LLM positives only).
         max_queries: keep only the first N lines.
+        negatives: ``given`` (each line's ``negative_passages``), ``bm25`` (BM25 top-``negative_depth``, as
+            :class:`BeirGradedSource`) or ``dense`` (``negative_model``'s top-``negative_depth``,
+            :func:`multipos.dense_negatives.mine_with_checkpoint`) over the corpus; mined ones exclude the query's
+            judged passages, here its positives.
+        negative_corpus: a BEIR ``corpus.jsonl`` the miners search (the full collection, e.g. MS MARCO's 8.8M
+            passages), the training file's passages added to it; None = the training file's passages only.
+        negative_depth, negative_model, negative_encoder, negative_refresh_epochs: as in :class:`BeirGradedSource`.
 
     Raises: DataFormatError for a bad line (file and line, see :func:`multipos.readers.parse_tevatron`), a
-    query id on two lines (naming both) or no line at all. A passage id given with two different texts
-    keeps its first text; their number is logged as a warning.
+    query id on two lines (naming both) or no line at all; ValueError for bad hard-negative settings (naming the
+    field). A passage id given with two different texts keeps its first text (the negative corpus's first);
+    their number is logged as a warning.
     """
 
-    def __init__(self, path: str, split: str = "train", gold_positives: int = 0, max_queries: int | None = None):
+    def __init__(self, path: str, split: str = "train", gold_positives: int = 0, max_queries: int | None = None,
+                 negatives: str = "given", negative_depth: int = 100, negative_model: str | None = None,
+                 negative_encoder: dict | None = None, negative_refresh_epochs: int | None = None,
+                 negative_corpus: str | None = None):
+        _check_negative_options(negatives, ("given", "bm25", "dense"), negative_model, negative_refresh_epochs,
+                                negative_depth)
         self.path, self.split, self.gold_positives, self.max_queries = path, split, gold_positives, max_queries
+        self.negatives, self.negative_depth, self.negative_model = negatives, negative_depth, negative_model
+        self.negative_encoder, self.negative_refresh_epochs = negative_encoder, negative_refresh_epochs
+        self.negative_corpus = negative_corpus
 
     def load(self) -> tuple[Corpus, list[TrainQuery]]:
         p = Path(self.path).expanduser()
@@ -204,7 +275,8 @@ class TevatronSource:
             examples = load_tevatron_hf(str(p) if p.exists() else self.path, self.split)
         if self.max_queries is not None:
             examples = examples[: self.max_queries]
-        corpus, queries, seen, conflicts = Corpus(), [], {}, []
+        corpus = read_corpus(Path(self.negative_corpus).expanduser()) if self.negative_corpus else Corpus()
+        queries, seen, conflicts = [], {}, []
         for ex in examples:
             if ex.query_id in seen:
                 raise DataFormatError(f"{ex.where}: duplicate query_id {ex.query_id!r} (first at {seen[ex.query_id]})")
@@ -221,5 +293,14 @@ class TevatronSource:
                         self.path, len(conflicts), *conflicts[0])
         if not queries:
             raise DataFormatError(f"{self.path}: no training queries")
+        if self.negatives == "dense":
+            pools = _dense_pools(self.negative_model, self.negative_encoder, corpus, queries, self.negative_depth)
+        elif self.negatives == "bm25":
+            tag = f"{self.path}|{self.split}|{self.negative_corpus}|{len(corpus)}"
+            pools = mine_bm25_negatives(corpus, {q.query_id: q.query for q in queries},
+                                        {q.query_id: q.judged for q in queries}, self.negative_depth, tag)
+        if self.negatives != "given":
+            for q in queries:
+                q.negatives = pools.get(q.query_id, [])
         return corpus, queries
 
