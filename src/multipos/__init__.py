@@ -2,7 +2,8 @@
 
 Modules: ``losses`` (objectives), ``groups`` (group construction and masks), ``readers`` (file
 formats), ``sources`` (training data), ``data`` (LightningDataModule), ``model`` (dual encoder),
-``module`` (LightningModule), ``retrieval`` (encoding + FAISS), ``evaluation`` (eval sets, ranx metrics),
+``module`` (LightningModule), ``distributed`` (cross-device negatives under DDP), ``grad_cache`` (GradCache),
+``retrieval`` (encoding + FAISS), ``evaluation`` (eval sets, ranx metrics),
 ``stages`` (training-stage plans), ``eval_runner`` (evaluation shared by both jobs),
 ``atomic`` (atomic writes), ``qa`` (DPR answer-match accuracy), ``bm25`` (lexical baseline), ``report`` (tables, significance, plots),
 ``assets`` (data and checkpoint locations), ``train`` / ``evaluate`` (the jobs behind ``train.py`` / ``evaluate.py``).

@@ -20,7 +20,8 @@ class Batch:
 
     query: tokenizer output, tensors [B, Lq]; passages: tokenizer output, [B·G, Lp];
     positive_mask / negative_mask: bool [B, B·G] (see :func:`multipos.groups.group_masks`);
-    query_ids: [B]; passage_ids: [B·G], the id of each column.
+    query_ids: [B]; passage_ids: [B·G], the id of each column; groups: the B groups (judged passages per query,
+    for the masks over a global batch in data-parallel training, :mod:`multipos.distributed`).
     """
 
     query: dict[str, torch.Tensor]
@@ -29,11 +30,12 @@ class Batch:
     negative_mask: torch.Tensor
     query_ids: list[str]
     passage_ids: list[str] = None
+    groups: list[Group] | None = None
 
     def to(self, device) -> "Batch":
         mv = lambda d: {k: v.to(device) for k, v in d.items()}  # noqa: E731
         return Batch(mv(self.query), mv(self.passages), self.positive_mask.to(device), self.negative_mask.to(device),
-                     self.query_ids, self.passage_ids)
+                     self.query_ids, self.passage_ids, self.groups)
 
 
 class GroupDataset(Dataset):
@@ -66,22 +68,30 @@ class EpochSampler(Sampler):
 
     Lightning calls :meth:`set_epoch` at the start of every epoch (as for ``DistributedSampler``), so the
     order and the per-epoch draws depend only on (seed, epoch) — also after a resume.
+
+    Data-parallel training (``num_replicas`` ranks, ``use_distributed_sampler: false`` in ``conf/trainer/ddp.yaml``):
+    the epoch's order is padded with its first items to a multiple of ``num_replicas`` and rank r takes every
+    ``num_replicas``-th item from position r, as ``torch.utils.data.DistributedSampler`` does, so the ranks' batches
+    concatenated in rank order hold the same queries as one process with ``num_replicas`` times the batch size.
     """
 
-    def __init__(self, n: int, seed: int, shuffle: bool = True):
+    def __init__(self, n: int, seed: int, shuffle: bool = True, num_replicas: int = 1, rank: int = 0):
         self.n, self.seed, self.shuffle, self.epoch, self.skip = n, seed, shuffle, 0, 0
+        self.num_replicas, self.rank = num_replicas, rank
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
 
     def __len__(self) -> int:
-        return self.n
+        return -(-self.n // self.num_replicas)
 
     def __iter__(self):
         if self.shuffle:
             order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + self.epoch)).tolist()
         else:
-            order = range(self.n)
+            order = list(range(self.n))
+        if self.num_replicas > 1:
+            order = (order * self.num_replicas)[: len(self) * self.num_replicas][self.rank :: self.num_replicas]
         skip, self.skip = self.skip, 0  # a resumed epoch starts after the items already trained on, once
         return iter([(i, self.epoch) for i in list(order)[skip:]])
 
@@ -245,8 +255,9 @@ class MultiPosDataModule(L.LightningDataModule):
         return apply_budget(self.queries, regime, int(b.get("positives_per_query", 1)),
                             float(b.get("query_fraction", 1.0)), int(b.get("seed", 0)), b.get("pool_min_positives"))
 
-    def steps_per_epoch(self, regime: str | None = None) -> int:
-        """Optimizer steps in one epoch of ``regime`` (batches, last partial batch dropped when full ones exist).
+    def steps_per_epoch(self, regime: str | None = None, world_size: int = 1) -> int:
+        """Optimizer steps in one epoch of ``regime`` (batches, last partial batch dropped when full ones exist),
+        on each of ``world_size`` data-parallel ranks (:class:`EpochSampler`).
 
         Raises ValueError when no training query has a positive under ``regime`` (an empty split)."""
         regime = regime or self.stage_regime
@@ -254,6 +265,7 @@ class MultiPosDataModule(L.LightningDataModule):
         n = sum(1 for q in queries if q.positives(regime))
         if n == 0:
             raise ValueError(self._empty_message(regime, len(queries)))
+        n = -(-n // world_size)  # queries per rank (EpochSampler)
         return n // self.batch_size if n >= self.batch_size else 1
 
     def _empty_message(self, regime: str, n_queries: int) -> str:
@@ -297,7 +309,7 @@ class MultiPosDataModule(L.LightningDataModule):
         texts = [self.corpus[p].full_text() for g in groups for p in g.passage_ids]
         p = self.tokenizer(texts, padding=True, truncation=True, max_length=self.passage_max_length, return_tensors="pt")
         return Batch(dict(q), dict(p), positive_mask, negative_mask, [g.query_id for g in groups],
-                     [p for g in groups for p in g.passage_ids])
+                     [p for g in groups for p in g.passage_ids], list(groups))
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx):
         return batch.to(device) if isinstance(batch, Batch) else super().transfer_batch_to_device(batch, device, dataloader_idx)
@@ -314,13 +326,14 @@ class MultiPosDataModule(L.LightningDataModule):
             from multipos.dense_negatives import check_refresh_callback
 
             check_refresh_callback(self.trainer, self.source)
-        sampler = EpochSampler(len(self.dataset), self.seed)
+        ranks = (self.trainer.world_size, self.trainer.global_rank) if self.trainer is not None else (1, 0)
+        sampler = EpochSampler(len(self.dataset), self.seed, num_replicas=ranks[0], rank=ranks[1])
         if self.trainer is not None:
             sampler.set_epoch(self.trainer.current_epoch)
         trainer = self.trainer
         progress = (lambda: trainer.fit_loop.epoch_loop.batch_progress.current.processed) if trainer is not None else None
         # its own generator: creating the iterator draws no number from the global RNG (dropout after a resume)
         return ResumableLoader(self.dataset, batch_size=self.batch_size, sampler=sampler,
-                               drop_last=len(self.dataset) >= self.batch_size, collate_fn=self.collate,
+                               drop_last=len(sampler) >= self.batch_size, collate_fn=self.collate,
                                num_workers=self.num_workers, progress=progress,
                                generator=torch.Generator().manual_seed(self.seed))

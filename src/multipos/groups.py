@@ -210,22 +210,38 @@ def negative_shortfall(builder: GroupBuilder, items: Sequence[tuple[TrainQuery, 
     return short
 
 
-def group_masks(groups: Sequence[Group]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Positive and negative masks of a batch whose columns are the groups' passages concatenated.
+def group_masks(groups: Sequence[Group], columns: Sequence[str] | None = None,
+                offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positive and negative masks of ``groups``' queries over the score-matrix ``columns`` (passage ids).
 
-    Returns ``positive_mask``, ``negative_mask``: bool [B, B·G]. Query i's positives are the first
+    ``columns`` defaults to the groups' passages concatenated (one process). In data-parallel training
+    they are the passages of the global batch, every rank's groups concatenated in rank order, and this
+    rank's groups start at column ``offset`` (:mod:`multipos.distributed`); the default is that layout
+    with one rank.
+
+    Returns ``positive_mask``, ``negative_mask``: bool [B, len(columns)]. Query i's positives are the first
     ``n_positives`` columns of its own group; its negatives are every other column (own hard negatives
     and in-batch passages) except passages judged relevant to query i, which are ignored — even when
-    they arrived through another query's group (false-negative masking by passage id).
+    they arrived through another query's (or another rank's) group (false-negative masking by passage id).
+
+    Raises ValueError when ``columns[offset:]`` does not start with the groups' passages.
     """
-    columns = [pid for g in groups for pid in g.passage_ids]
-    n = len(columns)
-    positive_mask = torch.zeros(len(groups), n, dtype=torch.bool)
-    negative_mask = torch.zeros(len(groups), n, dtype=torch.bool)
-    start = 0
+    own_columns = [pid for g in groups for pid in g.passage_ids]
+    columns = own_columns if columns is None else list(columns)
+    if columns[offset: offset + len(own_columns)] != own_columns:
+        raise ValueError(f"group_masks: columns[{offset}:{offset + len(own_columns)}] are not the groups' passages")
+    where: dict[str, list[int]] = {}
+    for j, pid in enumerate(columns):
+        where.setdefault(pid, []).append(j)
+    present = set(where)
+    positive_mask = torch.zeros(len(groups), len(columns), dtype=torch.bool)
+    negative_mask = torch.ones(len(groups), len(columns), dtype=torch.bool)
+    rows, cols, start = [], [], offset
     for i, g in enumerate(groups):
         positive_mask[i, start : start + g.n_positives] = True
-        own = set(g.passage_ids[: g.n_positives])
-        negative_mask[i] = torch.tensor([pid not in g.judged and pid not in own for pid in columns])
+        for pid in (set(g.judged) | set(g.passage_ids[: g.n_positives])) & present:
+            rows += [i] * len(where[pid])
+            cols += where[pid]
         start += len(g.passage_ids)
+    negative_mask[rows, cols] = False
     return positive_mask, negative_mask

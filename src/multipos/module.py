@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import warnings
+from contextlib import nullcontext
 from functools import partial
 from typing import Callable
 
 import lightning as L
 import torch
 
+from multipos import distributed
 from multipos.data import Batch
+from multipos.grad_cache import grad_cache_step
 from multipos.losses import ContrastiveLoss
 from multipos.model import DualEncoder
 
@@ -42,39 +45,104 @@ class RetrieverModule(L.LightningModule):
         schedule_offset, schedule_total: where this stage starts in its schedule and the schedule's length in
             optimizer steps (:func:`multipos.stages.schedule_spans`); ``schedule_total=None`` = this fit's steps.
         optimizer_state: optimizer ``state_dict`` carried over from the previous stage (``optimizer: carry``).
+        grad_cache_chunk_size: None (plain training: one forward/backward of the batch, Lightning's automatic
+            optimization) or the rows per chunk of GradCache (:mod:`multipos.grad_cache`; manual optimization:
+            the same gradient with the activation memory of one chunk).
+        gradient_clip_val, gradient_clip_algorithm: clipping applied by this module under GradCache (Lightning
+            refuses ``Trainer(gradient_clip_val=...)`` with manual optimization; ``conf/module/retriever.yaml``
+            takes both from ``trainer``, and train.py then builds the trainer without them). Plain training
+            leaves clipping to the trainer and ignores these.
+
+    Data-parallel training (``trainer=ddp``): every step scores the local queries against the passages of all
+    ranks with masks over the global batch (:mod:`multipos.distributed`); one process is the special case W = 1.
+
+    Raises:
+        ValueError: ``warmup_ratio`` outside [0, 1) or ``grad_cache_chunk_size`` < 1.
     """
 
     def __init__(self, model: DualEncoder, loss: ContrastiveLoss, optimizer: Callable | None = None,
                  scheduler: Callable | None = None, warmup_ratio: float = 0.1, lr: float | None = None,
-                 schedule_offset: int = 0, schedule_total: int | None = None, optimizer_state: dict | None = None):
+                 schedule_offset: int = 0, schedule_total: int | None = None, optimizer_state: dict | None = None,
+                 grad_cache_chunk_size: int | None = None, gradient_clip_val: float | None = None,
+                 gradient_clip_algorithm: str = "norm"):
         super().__init__()
         if not 0.0 <= warmup_ratio < 1.0:
             raise ValueError(f"module.warmup_ratio must be in [0, 1), got {warmup_ratio}")
+        if grad_cache_chunk_size is not None and int(grad_cache_chunk_size) < 1:
+            raise ValueError(f"module.grad_cache_chunk_size must be >= 1 or null (no GradCache), got {grad_cache_chunk_size}")
         self.model, self.loss = model, loss
         self.optimizer_factory = optimizer or partial(torch.optim.AdamW, lr=2e-5, weight_decay=0.01)
         self.scheduler_factory = scheduler
         self.warmup_ratio, self.lr = warmup_ratio, lr
         self.schedule_offset, self.schedule_total = schedule_offset, schedule_total
         self.optimizer_state = optimizer_state
+        self.grad_cache_chunk_size = None if grad_cache_chunk_size is None else int(grad_cache_chunk_size)
+        self.gradient_clip_val, self.gradient_clip_algorithm = gradient_clip_val, gradient_clip_algorithm
+        self.automatic_optimization = self.grad_cache_chunk_size is None
 
     def forward(self, batch: Batch) -> torch.Tensor:
-        """Score matrix [B, B·G] of a batch (already divided by τ)."""
+        """Score matrix [B, B·G] of a batch's own queries and passages (already divided by τ; no gathering)."""
         q = self.model.encode_queries(batch.query)
         p = self.model.encode_passages(batch.passages)
         return self.model.score(q, p)
 
+    def batch_loss(self, q: torch.Tensor, p: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, dict]:
+        """Loss of local query embeddings ``q`` [B_local, H] against the passages ``p`` [N_local, H] of every rank.
+
+        Gathers the passages with gradient, scores [B_local, N_global] (/ τ), builds the global masks and scales
+        the mean loss by :attr:`multipos.distributed.BatchLayout.loss_scale` (1 in one process) so that DDP's
+        gradient average is the gradient of the global batch's mean loss. Returns (loss, ``{"scores" (detached),
+        "positive_mask", "negative_mask"}``). A collective when W > 1: every rank calls it once per step.
+        """
+        layout = distributed.batch_layout(q.shape[0], batch.passage_ids, p.shape[0])
+        scores = self.model.score(q, distributed.gather_with_grad(p, layout.passage_counts))
+        positive_mask, negative_mask = distributed.global_masks(batch, layout)
+        loss = self.loss(scores, positive_mask, negative_mask) * layout.loss_scale
+        return loss, {"scores": scores.detach(), "positive_mask": positive_mask, "negative_mask": negative_mask}
+
     def training_step(self, batch: Batch, batch_idx: int) -> dict:
         """One optimisation step's loss → ``{"loss", "scores", "positive_mask", "negative_mask"}``.
 
-        ``scores`` [B, N] (already / τ, detached) and the bool masks [B, N] are returned for callbacks that read
-        ``outputs`` in ``on_train_batch_end`` (e.g. gradient diagnostics); ``loss`` is the scalar batch loss.
+        ``scores`` [B_local, N_global] (already / τ, detached; N_global = B·G in one process) and the bool masks of
+        the same shape are returned for callbacks that read ``outputs`` in ``on_train_batch_end`` (e.g. gradient
+        diagnostics); ``loss`` is this rank's scalar loss (:meth:`batch_loss`). With GradCache the step also runs
+        the backward, gradient clipping, the optimizer and the scheduler (manual optimization).
         """
-        scores = self(batch)
-        loss = self.loss(scores, batch.positive_mask, batch.negative_mask)
-        self.log("train/loss", loss, prog_bar=True, batch_size=scores.shape[0])
-        self.log("train/lr", self.optimizers().param_groups[0]["lr"], prog_bar=False, batch_size=scores.shape[0])
-        return {"loss": loss, "scores": scores.detach(), "positive_mask": batch.positive_mask,
-                "negative_mask": batch.negative_mask}
+        n = batch.positive_mask.shape[0]
+        self.log("train/lr", self.optimizers().param_groups[0]["lr"], prog_bar=False, batch_size=n)  # this step's
+        if self.grad_cache_chunk_size is not None:
+            loss, extra = self._grad_cache_step(batch)
+        else:
+            loss, extra = self.batch_loss(self.model.encode_queries(batch.query),
+                                          self.model.encode_passages(batch.passages), batch)
+        # the mean of the ranks' losses is the global batch's mean loss (multipos.distributed)
+        self.log("train/loss", loss, prog_bar=True, batch_size=n, sync_dist=self.trainer.world_size > 1)
+        return {"loss": loss, **extra}
+
+    def _grad_cache_step(self, batch: Batch) -> tuple[torch.Tensor, dict]:
+        """GradCache forward/backward (:func:`multipos.grad_cache.grad_cache_step`), optimizer step (clipping in
+        :meth:`on_before_optimizer_step`) and scheduler step; gradients are synchronised across ranks by the last
+        chunk's backward only."""
+        opt = self.optimizers()
+        opt.zero_grad()
+        strategy = self.trainer.strategy
+        no_sync = getattr(strategy, "block_backward_sync", nullcontext)
+        loss, extra = grad_cache_step(
+            [(self.model.encode_queries, batch.query), (self.model.encode_passages, batch.passages)],
+            lambda q, p: self.batch_loss(q, p, batch), self.grad_cache_chunk_size,
+            backward=self.manual_backward, no_sync=no_sync)
+        opt.step()  # clips in on_before_optimizer_step
+        scheduler = self.lr_schedulers()
+        if scheduler is not None:
+            scheduler.step()
+        return loss, extra
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        """Under GradCache, clip the gradients here (``gradient_clip_val``): Lightning calls this hook after
+        unscaling fp16 gradients and before the step, where it clips itself in automatic optimization."""
+        if not self.automatic_optimization and self.gradient_clip_val:
+            self.clip_gradients(optimizer, gradient_clip_val=self.gradient_clip_val,
+                                gradient_clip_algorithm=self.gradient_clip_algorithm)
 
     def parameter_groups(self) -> list[dict]:
         """AdamW parameter groups: weights with decay, biases and LayerNorm weights (ndim < 2) without."""

@@ -36,6 +36,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from multipos import atomic
 from multipos.assets import cache_dir
+from multipos.distributed import check_launch, is_rank_zero, trainer_world_size
 from multipos.eval_runner import eval_sets, evaluate_sets, references, retrieval_options, write_results
 from multipos.loggers import log_config, log_final_metrics
 from multipos.losses import ContrastiveLoss
@@ -105,7 +106,8 @@ def build_callbacks(cfg: DictConfig, stage_dir: Path, val_set) -> tuple[list, ob
     return callbacks, best
 
 
-def build_trainer(cfg: DictConfig, out: Path, max_epochs: int, callbacks: list, stage: str | None = None) -> L.Trainer:
+def build_trainer(cfg: DictConfig, out: Path, max_epochs: int, callbacks: list, stage: str | None = None,
+                  **overrides) -> L.Trainer:
     """Instantiate ``cfg.trainer`` for one stage with the logger and the stage's callbacks.
 
     ``stage`` (multi-stage runs) becomes the logger's ``version`` so stages log side by side
@@ -120,7 +122,7 @@ def build_trainer(cfg: DictConfig, out: Path, max_epochs: int, callbacks: list, 
         logger = instantiate(cfg.logger, **extra)
         log_config(logger, cfg)
     return instantiate(cfg.trainer, default_root_dir=str(out), logger=logger, callbacks=callbacks, max_epochs=max_epochs,
-                       plugins=[atomic.AtomicCheckpointIO()])
+                       plugins=[atomic.AtomicCheckpointIO()], **overrides)
 
 
 def _read_info(out: Path) -> dict:
@@ -142,7 +144,8 @@ def prepare_run_dir(cfg: DictConfig, out: Path, digest: str) -> tuple[dict, bool
     """
     info = _read_info(out)
     if not cfg.get("resume", True):
-        shutil.rmtree(out / "checkpoints", ignore_errors=True)
+        if is_rank_zero():
+            shutil.rmtree(out / "checkpoints", ignore_errors=True)
         return {}, False
     if info and info.get("config_hash") != digest:
         raise ValueError(f"{out} holds a run of another configuration (config hash {info.get('config_hash')} != "
@@ -190,12 +193,14 @@ def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, m
              "(schedule steps %d..%d)", i + 1, n_stages, stage.name, stage.regime, stage.objective, stage.single_positive,
              stage.epochs, stage.optimizer, stage.lr_schedule, span[0], span[1])
     callbacks, best = build_callbacks(cfg, stage_dir, val_set)
-    trainer = build_trainer(cfg, out, stage.epochs, [*callbacks, _RNGState()],
-                            stage=f"stage{i + 1}" if n_stages > 1 else None)
     objective = ContrastiveLoss(stage.objective, normalize_by_positives=bool(cfg.loss.get("normalize_by_positives", False)))
     module = instantiate(cfg.module)(model=model, loss=objective, lr=stage.lr, schedule_offset=span[0],
                                      schedule_total=span[1] or None,
                                      optimizer_state=optimizer_state if stage.optimizer == "carry" else None)
+    # manual optimization (GradCache) clips in the module: Lightning refuses Trainer(gradient_clip_val) with it
+    manual = {} if module.automatic_optimization else {"gradient_clip_val": None}
+    trainer = build_trainer(cfg, out, stage.epochs, [*callbacks, _RNGState()],
+                            stage=f"stage{i + 1}" if n_stages > 1 else None, **manual)
     last = stage_dir / "last.ckpt"
     resume_from = str(last) if last.is_file() else None
     if resume_from:
@@ -212,12 +217,17 @@ def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, m
                  best.best_model_score if best else "-")
     record = {**stage.describe(), **datamodule.stats, "kept": kept_path,
               "best_dev": float(best.best_model_score) if best is not None and best.best_model_score is not None else None}
-    atomic.write_json(kept_file, {"checkpoint": kept_path, "record": record})
+    if is_rank_zero():
+        atomic.write_json(kept_file, {"checkpoint": kept_path, "record": record})
     return opt_state, record
 
 
-def train(cfg: DictConfig) -> dict:
+def train(cfg: DictConfig) -> dict | None:
     """Run the main job described in the module docstring; returns the metrics dict written to ``metrics.json``.
+
+    Data-parallel training (``trainer=ddp``): every process runs this function (Lightning's launcher starts the
+    others at the first ``fit``, re-running the command) and trains; only global rank 0 writes files and runs the
+    references and the final evaluation; the other ranks return None after the last stage.
 
     Raises: ValueError / DataFormatError for invalid configuration or data, before anything is written.
     """
@@ -232,17 +242,21 @@ def train(cfg: DictConfig) -> dict:
     L.seed_everything(cfg.seed, workers=True)
     datamodule = instantiate(cfg.data, seed=cfg.seed)
     val_set, test_sets = eval_sets(cfg)
-    steps = [datamodule.steps_per_epoch(s.regime) * s.epochs if s.epochs else 0 for s in stages]  # data errors here
+    world = trainer_world_size(cfg.trainer)  # data-parallel processes: optimizer steps per epoch per rank
+    check_launch(world)
+    steps = [datamodule.steps_per_epoch(s.regime, world) * s.epochs if s.epochs else 0 for s in stages]  # data errors here
     spans = schedule_spans(stages, steps)
     model = instantiate(cfg.model)  # checkpoint and tokenizer errors, still before anything is written
+    zero = is_rank_zero()
     out.mkdir(parents=True, exist_ok=True)
     info = {"status": "running", "config_hash": digest, "experiment": cfg.get("experiment_name"),
             "seed": int(cfg.seed), "device": device_description(), "wall_s": float(info.get("wall_s", 0.0)),
             "stages": [s.describe() for s in stages], "resumed": bool(info)}
-    atomic.write_json(out / "run_info.json", info)
+    if zero:
+        atomic.write_json(out / "run_info.json", info)
 
     refs = {}
-    if cfg.eval.references:
+    if cfg.eval.references and zero:
         ref_file = out / "references.json"
         refs = json.loads(ref_file.read_text()) if ref_file.is_file() else references(cfg, ([val_set] if val_set else []) + test_sets)
         atomic.write_json(ref_file, refs)
@@ -255,6 +269,8 @@ def train(cfg: DictConfig) -> dict:
         records.append(record)
         log.info("stage %d: %d training queries, %d positive labels", i + 1, record.get("training_queries", 0),
                  record.get("positive_labels", 0))
+    if not zero:
+        return None
     model.save_pretrained(out / "model")
 
     results = evaluate_sets(model, ([val_set] if val_set else []) + test_sets, cfg, out, cache_dir())
@@ -269,7 +285,7 @@ def train(cfg: DictConfig) -> dict:
 
 def optimized_value(results: dict, key: str | None) -> float | None:
     """``results[set][metric]`` for ``key = "<set>/<metric>"`` (the value a sweeper maximises), or None."""
-    if not key:
+    if not key or results is None:  # results None: a data-parallel rank other than 0
         return None
     name, _, metric = str(key).rpartition("/")
     if name not in results or metric not in results[name]:
