@@ -215,7 +215,7 @@ def test_judged_query_with_empty_text_is_an_error(tiny_beir, tmp_path):
     lines = (folder / "queries.jsonl").read_text().splitlines()
     lines = [json.dumps({"_id": "q-heart-1", "text": "  "}) if '"q-heart-1"' in ln else ln for ln in lines]
     (folder / "queries.jsonl").write_text("\n".join(lines) + "\n")
-    with pytest.raises(DataFormatError, match=r"queries.jsonl: 1 judged queries have empty text.*q-heart-1"):
+    with pytest.raises(DataFormatError, match=r"queries\.jsonl:2: query 'q-heart-1' has an empty 'text' \(1 used queries are empty"):
         load_beir(folder, "test")
     assert load_beir(folder, "dev").queries  # the empty query is not judged in dev: fine
 
@@ -257,3 +257,14 @@ def test_qa_set_rejects_qrels_metrics():
 
     with pytest.raises(ValueError, match="acc@k metrics only"):
         QAEvalSet("nq", "nq-dpr", metrics=["ndcg@10"])
+
+
+def test_retrieval_validation_rejects_a_metric_the_dev_set_does_not_compute(tiny_beir):
+    """Checked when the callback is built: under DDP rank 0 alone retrieves, and an error there mid-training
+    would leave the other ranks waiting in the broadcast."""
+    from multipos.callbacks import RetrievalValidation
+
+    es = EvalSet("dev", str(tiny_beir), split="test", metrics=["ndcg@10", "recall@100"])
+    with pytest.raises(ValueError, match=r"'mrr@10' \(callbacks.retrieval_validation.metric\) is not among dev's"):
+        RetrievalValidation(es, metric="mrr@10")
+    assert RetrievalValidation(es, metric="recall@100").metric == "recall@100"

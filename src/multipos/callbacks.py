@@ -19,6 +19,12 @@ class RetrievalValidation(L.Callback):
     every_n_epochs: validation frequency; cache: embedding cache folder (None = no caching);
     retrieval: keyword arguments of :func:`multipos.evaluation.dense_run` (k, batch_size, bf16,
     passage_max_length, index, index_options).
+
+    Under data-parallel training (``trainer=ddp``) global rank 0 alone retrieves; the value is broadcast so every
+    rank's ModelCheckpoint sees the same ``val/<metric>``. On a large dev corpus mind the process group's timeout
+    (``trainer.strategy.timeout``): the other ranks wait in the broadcast while rank 0 encodes.
+
+    Raises ValueError when ``metric`` is not one of ``eval_set.metrics``.
     """
 
     def __init__(self, eval_set: EvalSet, metric: str = "ndcg@10", every_n_epochs: int = 1, cache=None, **retrieval):
@@ -26,17 +32,27 @@ class RetrievalValidation(L.Callback):
         self.cache = cache  # embedding cache dir: the final test on the same corpus reuses the best epoch's
         self.retrieval = {"k": 100, **retrieval}
         self._data = None
+        metrics = getattr(eval_set, "metrics", None)
+        if metrics is not None and metric not in metrics:  # fail now, not in rank 0 alone mid-training
+            raise ValueError(f"validation metric {metric!r} (callbacks.retrieval_validation.metric) is not among "
+                             f"{eval_set.name}'s metrics {list(metrics)}")
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if (trainer.current_epoch + 1) % self.every_n_epochs:
             return
+        value = self.retrieve(pl_module) if trainer.is_global_zero else None
+        value = trainer.strategy.broadcast(value, src=0)
+        log.info("epoch %d: %s %s = %.4f", trainer.current_epoch, self.eval_set.name, self.metric, value)
+        # identical on every rank: sync_dist's mean changes nothing and keeps Lightning's epoch-level logging exact
+        pl_module.log(f"val/{self.metric}", float(value), prog_bar=True, on_epoch=True, sync_dist=trainer.world_size > 1)
+
+    def retrieve(self, pl_module: L.LightningModule) -> float:
+        """Dev retrieval with the current weights (encoded where the model trains) → the monitored metric's value."""
         if self._data is None:
             self._data = self.eval_set.load()
         run = self.eval_set.clean(dense_run(pl_module.model, self._data, cache=self.cache, progress=False,
-                                                 device=None, **self.retrieval))  # encode where the model trains
+                                            device=None, **self.retrieval))
         means, _ = self.eval_set.score(run, self._data)[self.eval_set.name]
         if self.metric not in means:
             raise ValueError(f"validation metric {self.metric!r} is not among {self.eval_set.name}'s metrics {list(means)}")
-        value = means[self.metric]
-        log.info("epoch %d: %s %s = %.4f", trainer.current_epoch, self.eval_set.name, self.metric, value)
-        pl_module.log(f"val/{self.metric}", value, prog_bar=True, on_epoch=True)
+        return float(means[self.metric])
