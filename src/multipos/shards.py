@@ -310,7 +310,8 @@ def distributed_search(query_emb: np.ndarray, store: ShardedEmbeddings, query_id
     """:func:`search_shards` with the shards split over the ``torch.distributed`` ranks (rank r searches shards
     r, r + world, …); candidates are gathered on rank 0, which merges them and returns the run. Other ranks
     return None. Every rank must pass the same query embeddings. Without a process group this is
-    :func:`search_shards`. Each rank sends Q × k' candidates (12 bytes each, plus their ids).
+    :func:`search_shards`. Each rank sends at most Q × k' candidates (12 bytes each, plus their ids; k' > k
+    only where ties straddle the k-th score).
     """
     dist = _dist()
     if dist is None:
@@ -318,6 +319,10 @@ def distributed_search(query_emb: np.ndarray, store: ShardedEmbeddings, query_id
     queries = _check(query_emb, query_ids, store, k)
     rank, world = dist.get_rank(), dist.get_world_size()
     parts = [_search_shard(store, s, queries, k, index_kind, index_kw) for s in range(rank, len(store.shards), world)]
+    if len(parts) > 1:  # this rank's shards merged first: it sends Q × k candidates, not Q × k per shard
+        d, i = merge_topk([p[0] for p in parts], [p[1] for p in parts], k)
+        kept = set(np.unique(i).tolist())
+        parts = [(d, i, {r: n for p in parts for r, n in p[2].items() if r in kept})]
     gathered = [None] * world if rank == 0 else None
     dist.gather_object(parts, gathered, dst=0)
     if rank != 0:
