@@ -158,7 +158,11 @@ class StepTimer(L.Callback):
     (tokenisation), transfer, the step and logging — for every step after the first."""
 
     def __init__(self, device):
-        self.device, self.ends = device, []
+        self.device, self.starts, self.ends = device, [], []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        sync(self.device)
+        self.starts.append(time.perf_counter())
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         sync(self.device)
@@ -167,6 +171,11 @@ class StepTimer(L.Callback):
     @property
     def steps(self) -> list[float]:
         return [b - a for a, b in zip(self.ends, self.ends[1:])]
+
+    @property
+    def first_step(self) -> float:
+        """Seconds from the first batch's start to its end (the step alone, warm-up included)."""
+        return self.ends[0] - self.starts[0]
 
 
 def lightning_loop(data: BenchData, dm, device, steps: int) -> list[float]:
