@@ -16,7 +16,11 @@ Ratios (> 1 = multipos faster), with the targets of issue 9:
   batch size and truncation; each side in its own default precision (multipos: bf16 where native; ST: fp32);
 * ``objective_share@B,G`` = objective time (forward + backward of the loss on a [B, B·G] score matrix) / step
   time (≤ 1 %), for B=128, G=8 and B=512, G=16; the step is measured at those sizes on a GPU (or with
-  ``--full-step``), else extrapolated from the measured step (see ``step_estimate``).
+  ``--full-step``), else extrapolated from the measured step (see ``step_estimate``);
+* ``ddp``: 2 processes vs 1 and peak memory with and without GradCache at B=128 × G=8 (:mod:`bench_ddp`).
+
+Options: ``--threads N`` (torch CPU threads; 1 keeps the ratios stable on a CPU shared with other jobs),
+``--skip steps encode share ddp``, ``--out FILE``.
 
 Sizes: ``--quick`` B=4, G=4, 32/64-token queries/passages, 128 passages encoded at 64 tokens; full: B=64, G=8,
 32/128 tokens, 4096 passages at 256 tokens. Default: full on CUDA, quick otherwise. Device: CUDA when available;
@@ -184,6 +188,7 @@ def main() -> None:
     ap.add_argument("--skip", nargs="*", default=[], choices=["steps", "encode", "share", "ddp"])
     ap.add_argument("--threads", type=int, default=None,
                     help="torch CPU threads (default: torch's); 1 keeps ratios stable on a CPU shared with other jobs")
+    ap.add_argument("--out", type=Path, default=OUT, help=f"results file (default {OUT.relative_to(OUT.parents[2])})")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -219,7 +224,7 @@ def main() -> None:
 
         res["ddp"] = phase("ddp", ddp_and_grad_cache, quick)
     res["phase_wall_s"] = phases
-    append_result(OUT, res)
+    append_result(args.out, res)
 
 
 if __name__ == "__main__":
