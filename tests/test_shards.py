@@ -31,6 +31,18 @@ def _exact_run(q: np.ndarray, p: np.ndarray, qids, pids, k: int) -> dict:
     return run
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Every encoding here on one thread, like the gloo workers: a matrix product summed over another number of
+    threads differs in its last bits, and these tests compare scores bit for bit."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _same(a: dict, b: dict) -> None:
     """Same queries, same passage ids in the same order, bit-identical scores."""
     assert list(a) == list(b)
