@@ -335,5 +335,5 @@ class MultiPosDataModule(L.LightningDataModule):
         # its own generator: creating the iterator draws no number from the global RNG (dropout after a resume)
         return ResumableLoader(self.dataset, batch_size=self.batch_size, sampler=sampler,
                                drop_last=len(sampler) >= self.batch_size, collate_fn=self.collate,
-                               num_workers=self.num_workers, progress=progress,
+                               num_workers=self.num_workers, persistent_workers=self.num_workers > 0, progress=progress,
                                generator=torch.Generator().manual_seed(self.seed))
