@@ -95,7 +95,7 @@ def encode_ratio(data, device, bf16: bool, size: dict, res: dict) -> None:
     """multipos ``encode`` vs sentence-transformers ``encode`` on the same passages (interleaved rounds)."""
     import numpy as np
 
-    from multipos.retrieval import encode
+    from multipos.encoding import encode
     from sides import multipos_model, st_model
 
     texts = list(data.passages.values())[: size["encode_n"]]

@@ -123,7 +123,7 @@ def test_duplicate_ids_name_both_lines(tmp_path):
 
 def test_unknown_ids_in_qrels_fail_and_in_runs_are_counted(beir_copy, tiny_beir, tmp_path, caplog):
     from multipos.evaluate import score_run_file
-    from multipos.evaluation import EvalSet
+    from multipos.evalsets import EvalSet
 
     train = beir_copy / TRAIN_QRELS
     with train.open("a") as f:

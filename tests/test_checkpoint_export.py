@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from multipos.model import DualEncoder
-from multipos.retrieval import encode
+from multipos.encoding import encode
 
 st = pytest.importorskip("sentence_transformers")
 

@@ -14,7 +14,7 @@ import lightning as L
 import pytest
 import torch
 
-from multipos import retrieval
+from multipos import encoding, retrieval
 from multipos.dense_negatives import check_refresh_callback, mine_dense_negatives
 from multipos.model import DualEncoder
 from multipos.readers import read_qrels
@@ -58,8 +58,8 @@ def test_mined_negatives_exclude_every_judged_passage_and_are_the_dense_top_k(gr
     assert {q.query_id for q in queries} == set(GRADE0)
     # the reference: every passage ranked by a direct retrieval with the same model, judged ones (grade 0 too) dropped
     model = _model(tiny_bert)
-    q_emb = retrieval.encode(model, [q.query for q in queries], "query", progress=False)
-    p_emb = retrieval.encode(model, corpus.texts(), "passage", progress=False)
+    q_emb = encoding.encode(model, [q.query for q in queries], "query", progress=False)
+    p_emb = encoding.encode(model, corpus.texts(), "passage", progress=False)
     run = retrieval.search(q_emb, p_emb, [q.query_id for q in queries], corpus.ids, k=len(corpus))
     for q, b in zip(queries, bm25):
         judged = set(qrels[q.query_id])
@@ -75,8 +75,8 @@ def test_cache_hit_on_the_same_weights_and_corpus_miss_when_either_changes(tiny_
     texts = {q.query_id: q.query for q in queries}
     judged = {q.query_id: q.judged for q in queries}
     calls = []
-    real_encode = retrieval.encode
-    monkeypatch.setattr(retrieval, "encode", lambda *a, **kw: calls.append(a[2] if len(a) > 2 else kw.get("kind"))
+    real_encode = encoding.encode
+    monkeypatch.setattr(encoding, "encode", lambda *a, **kw: calls.append(a[2] if len(a) > 2 else kw.get("kind"))
                         or real_encode(*a, **kw))
     model = _model(tiny_bert)
     mine = lambda c=corpus: mine_dense_negatives(model, c, texts, judged, 5, bf16=False, progress=False)  # noqa: E731

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from hydra.utils import instantiate
 
-from multipos.evaluation import EvalSet, add_average, beir_sets, evaluate_run
+from multipos.evalsets import EvalSet, beir_sets
+from multipos.metrics import add_average, evaluate_run
 from multipos.readers import DataFormatError, load_beir, read_qrels, read_run
 from tests.helpers import CONF, compose_cfg
 
@@ -253,7 +254,7 @@ def test_nq_test_config_scores_answer_match_accuracy(tmp_path, monkeypatch):
 
 
 def test_qa_set_rejects_qrels_metrics():
-    from multipos.evaluation import QAEvalSet
+    from multipos.evalsets import QAEvalSet
 
     with pytest.raises(ValueError, match="acc@k metrics only"):
         QAEvalSet("nq", "nq-dpr", metrics=["ndcg@10"])

@@ -7,7 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from multipos.evaluation import EvalSet, dense_run, evaluate_run
+from multipos.evalsets import EvalSet
+from multipos.metrics import evaluate_run
+from multipos.retrieval import dense_run
 from multipos.retrieval import search
 
 

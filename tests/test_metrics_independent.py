@@ -1,4 +1,4 @@
-"""Independent check of :func:`multipos.evaluation.evaluate_run` (ranx) on a real run.
+"""Independent check of :func:`multipos.metrics.evaluate_run` (ranx) on a real run.
 
 A BM25 run (``multipos.bm25.BM25``, top-1000) over NFCorpus test (3,633 passages, 323 judged queries,
 grades 1 and 2; shared assets, skipped without them) is scored three ways and compared per query and
@@ -36,7 +36,8 @@ import math
 
 import pytest
 
-from multipos.evaluation import EvalSet, evaluate_run
+from multipos.evalsets import EvalSet
+from multipos.metrics import evaluate_run
 
 METRICS = ("ndcg@10", "mrr@10", "recall@10", "recall@100", "recall@1000")
 BINARY = tuple(m for m in METRICS if not m.startswith("ndcg"))

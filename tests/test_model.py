@@ -112,7 +112,7 @@ def test_training_step_reduces_loss(tiny_beir, tiny_bert):
 
 
 def test_teacher_ordering_sorts_positives_by_teacher_score(tiny_beir, tiny_bert):
-    from multipos.retrieval import encode
+    from multipos.encoding import encode
 
     given = BeirGradedSource(str(tiny_beir), "qrels-graded/train.s-3.qrel", negative_depth=20)
     teacher = BeirGradedSource(str(tiny_beir), "qrels-graded/train.s-3.qrel", negative_depth=20,

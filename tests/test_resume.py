@@ -22,7 +22,7 @@ from tests.helpers import REPO, compose_cfg, tiny_overrides
 
 def _overrides(run_dir: Path, epochs: int = 2) -> list[str]:
     """A small real-data slice: 12 NFCorpus training queries, all-MiniLM-L6-v2, short passages, fp32."""
-    dev = ("{_target_: multipos.evaluation.EvalSet, name: nfcorpus_dev, path: nfcorpus, split: dev, "
+    dev = ("{_target_: multipos.evalsets.EvalSet, name: nfcorpus_dev, path: nfcorpus, split: dev, "
            "metrics: [ndcg@10, recall@100], max_queries: 4, max_passages: 60}")
     return [f"hydra.run.dir={run_dir}", "data=nfcorpus_homo", "loss=rand1lh", "data.source.max_queries=12",
             "data.source.ordering=given", "data.source.negative_depth=20", "data.batch_size=2", "data.group_size=3",

@@ -92,7 +92,7 @@ def test_exact_topk_with_ties_is_the_same_for_every_sharding(tmp_path, n_queries
 
 @pytest.fixture(scope="module")
 def tiny_setup(tiny_bert, tiny_beir):
-    from multipos.evaluation import EvalSet
+    from multipos.evalsets import EvalSet
     from multipos.model import DualEncoder
 
     model = DualEncoder(str(tiny_bert), pooling="mean", normalize=False, passage_max_length=64)
@@ -103,13 +103,13 @@ def tiny_setup(tiny_bert, tiny_beir):
 def _dense_reference(model, data, k):
     """The single-process path: cached-encode the corpus in one piece, one FAISS index (batch size 1 so that
     every passage is encoded alone and its embedding does not depend on its batch)."""
-    from multipos.evaluation import dense_run
+    from multipos.retrieval import dense_run
 
     return dense_run(model, data, k=k, batch_size=1, bf16=False, cache=None, progress=False)
 
 
 def test_sharded_encoding_equals_dense_run(tiny_setup, tmp_path):
-    from multipos.retrieval import encode
+    from multipos.encoding import encode
 
     model, data = tiny_setup
     pids = data.corpus.ids
@@ -139,9 +139,9 @@ def _worker(rank: int, world: int, init: str, bert: str, beir: str, out: str, k:
     import torch
     import torch.distributed as dist
 
-    from multipos.evaluation import EvalSet
+    from multipos.evalsets import EvalSet
     from multipos.model import DualEncoder
-    from multipos.retrieval import encode
+    from multipos.encoding import encode
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
@@ -210,7 +210,8 @@ def test_failed_shard_write_leaves_nothing(tmp_path, monkeypatch):
 def test_shard_job_writes_the_dense_run_and_reuses_its_shards(tiny_bert, tiny_beir, tmp_path, caplog):
     import logging
 
-    from multipos.evaluation import EvalSet, dense_run
+    from multipos.evalsets import EvalSet
+    from multipos.retrieval import dense_run
     from multipos.model import DualEncoder
     from multipos.readers import read_run
     from multipos.shard_job import main

@@ -11,7 +11,7 @@ import torch
 
 from multipos.model import DualEncoder
 from multipos.readers import read_corpus, read_queries
-from multipos.retrieval import encode
+from multipos.encoding import encode
 from multipos.sources import BeirGradedSource, teacher_order
 
 

@@ -1,12 +1,21 @@
 """multipos: training dense retrievers with multiple positive passages per query.
 
-Modules: ``losses`` (objectives), ``groups`` (group construction and masks), ``readers`` (file
-formats), ``sources`` (training data), ``data`` (LightningDataModule), ``model`` (dual encoder),
-``module`` (LightningModule), ``distributed`` (cross-device negatives under DDP), ``grad_cache`` (GradCache),
-``retrieval`` (encoding + FAISS), ``evaluation`` (eval sets, ranx metrics),
-``stages`` (training-stage plans), ``eval_runner`` (evaluation shared by both jobs),
-``atomic`` (atomic writes), ``qa`` (DPR answer-match accuracy), ``bm25`` (lexical baseline), ``report`` (tables, significance, plots),
-``assets`` (data and checkpoint locations), ``train`` / ``evaluate`` (the jobs behind ``train.py`` / ``evaluate.py``).
+Modules, by concept:
+
+* the science: ``losses`` (objectives, one function per paper equation), ``groups`` (group construction and
+  masks), ``stages`` (training-stage plans: regimes, curriculum), ``diagnostics`` (Sec. 3.3 gradient diagnostics);
+* data: ``readers`` (file formats), ``sources`` (training data, BM25 / teacher ordering), ``dense_negatives``
+  (dense hard-negative mining and ANCE-style refresh), ``data`` (LightningDataModule), ``assets`` (data and
+  checkpoint locations), ``bm25`` (lexical baseline);
+* the model and its training: ``model`` (dual encoder), ``module`` (LightningModule), ``distributed``
+  (cross-device negatives under DDP), ``grad_cache`` (GradCache), ``callbacks`` (retrieval validation),
+  ``loggers`` (W&B that never blocks);
+* retrieval and evaluation: ``encoding`` (encoding and the embedding cache), ``retrieval`` (FAISS and BM25 runs),
+  ``topk`` (exact top-k merge), ``shards`` / ``shard_job`` (sharded corpus encoding and search), ``evalsets``
+  (evaluation sets), ``metrics`` (ranx metrics), ``qa`` (DPR answer-match accuracy);
+* jobs and outputs: ``train`` / ``evaluate`` (the jobs behind ``train.py`` / ``evaluate.py``), ``eval_runner``
+  (evaluation shared by both jobs), ``atomic`` (atomic writes), ``runlog`` (reading a run's logs),
+  ``report`` (tables, significance, plots).
 """
 
 from pathlib import Path
@@ -42,7 +51,7 @@ def auto_workers() -> int:
 
 
 def _beir_sets(paths, split="test", metrics=("ndcg@10",)):
-    from multipos.evaluation import beir_sets
+    from multipos.evalsets import beir_sets
 
     return beir_sets(paths, split, metrics)
 

@@ -6,7 +6,8 @@ import logging
 
 import lightning as L
 
-from multipos.evaluation import EvalSet, dense_run
+from multipos.evalsets import EvalSet
+from multipos.retrieval import dense_run
 
 log = logging.getLogger(__name__)
 
@@ -17,7 +18,7 @@ class RetrievalValidation(L.Callback):
 
     Args: eval_set: the dev set; metric: the metric logged (monitored), one of the set's metrics;
     every_n_epochs: validation frequency; cache: embedding cache folder (None = no caching);
-    retrieval: keyword arguments of :func:`multipos.evaluation.dense_run` (k, batch_size, bf16,
+    retrieval: keyword arguments of :func:`multipos.retrieval.dense_run` (k, batch_size, bf16,
     passage_max_length, index, index_options).
 
     Under data-parallel training (``trainer=ddp``) global rank 0 alone retrieves; the value is broadcast so every

@@ -93,7 +93,7 @@ def mine_dense_negatives(model, corpus: Corpus, queries: dict[str, str], judged:
                          index_options: dict | None = None, embedding_cache=None, cache: bool = True,
                          progress: bool = True) -> dict[str, list[str]]:
     """Dense hard negatives: for each query, its ``depth`` best-scoring passages under ``model`` (inner product of
-    :func:`multipos.retrieval.encode` embeddings, FAISS ``index`` over the whole corpus) that are not judged for it
+    :func:`multipos.encoding.encode` embeddings, FAISS ``index`` over the whole corpus) that are not judged for it
     (any grade, 0 included: :func:`multipos.sources.unjudged_negatives`).
 
     Args:
@@ -102,19 +102,20 @@ def mine_dense_negatives(model, corpus: Corpus, queries: dict[str, str], judged:
         corpus: the passages searched ([N] passages, encoded with ``model.passage_max_length`` tokens).
         queries: {query id → text}; judged: {query id → judged passage ids}, excluded from its negatives.
         depth: negatives kept per query (≥ 1); fewer only when the corpus runs out of unjudged passages.
-        batch_size, bf16 (None = where native), device: encoding, see :func:`multipos.retrieval.encode`
+        batch_size, bf16 (None = where native), device: encoding, see :func:`multipos.encoding.encode`
             (``device=None`` encodes where the model is: the refresh during training).
         index, index_options: :func:`multipos.retrieval.build_index` kind and options (``flat`` = exact top-k).
-        embedding_cache: folder for :func:`multipos.retrieval.cached_encode` (None = passages not cached).
+        embedding_cache: folder for :func:`multipos.encoding.cached_encode` (None = passages not cached).
         cache: keep the pools in ``<cache>/negatives/dense-<key>.npz`` (written atomically), keyed by the weights
             (:meth:`DualEncoder.fingerprint` of both encoders, pooling and normalisation), the corpus
-            (:func:`multipos.retrieval.corpus_digest` of ids and texts), the queries with their judged passages,
+            (:func:`multipos.encoding.corpus_digest` of ids and texts), the queries with their judged passages,
             depth, max lengths, precision and index: a second call with the same inputs encodes nothing.
 
     Returns {query id → passage ids, best first}, in ``queries`` order. Cost: one encoding pass over the corpus
     and the queries plus one FAISS search (README "Dense hard negatives"). Raises ValueError for depth < 1.
     """
-    from multipos.retrieval import build_index, cached_encode, corpus_digest, encode, native_bf16, search_index
+    from multipos.encoding import cached_encode, corpus_digest, encode, native_bf16
+    from multipos.retrieval import build_index, search_index
 
     if depth < 1:
         raise ValueError(f"data.source.negative_depth must be >= 1, got {depth}")
@@ -211,7 +212,7 @@ class NegativeRefresh(L.Callback):
         self._digest: str | None = None
 
     def _corpus_digest(self, datamodule) -> str:
-        from multipos.retrieval import corpus_digest
+        from multipos.encoding import corpus_digest
 
         if self._digest is None:
             self._digest = corpus_digest(datamodule.corpus.ids, datamodule.corpus.texts())

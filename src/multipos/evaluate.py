@@ -10,7 +10,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from multipos.assets import cache_dir
-from multipos.evaluation import EvalSet, add_average
+from multipos.evalsets import EvalSet
+from multipos.metrics import add_average
 from multipos.readers import read_run
 from multipos.eval_runner import eval_sets, evaluate_sets, references, score_set, write_results
 

@@ -438,7 +438,7 @@ def answer_accuracy(run: Run, qa: dict[str, QAPair], corpus: Corpus, ks: Iterabl
     Returns:
         ``{"acc@20": float, "acc@100": float}`` — fractions in [0, 1], not percent — in ``ks`` order;
         with ``per_query=True`` the tuple ``(means, {"acc@20": {qid: 0.0 | 1.0}, …})`` with every
-        question of ``qa``, like :func:`multipos.evaluation.evaluate_run`.
+        question of ``qa``, like :func:`multipos.metrics.evaluate_run`.
 
     Questions of ``qa`` absent from ``run`` (or with no passages) score 0 at every k (logged). Run
     queries not in ``qa`` are ignored with a warning giving their count.

@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> Path | None:
     from multipos.assets import resolve_dataset
     from multipos.model import DualEncoder
     from multipos.readers import load_beir, write_run
-    from multipos.retrieval import encode, native_bf16
+    from multipos.encoding import encode, native_bf16
     from multipos.shards import DTYPES, ShardedEmbeddings, distributed_search, encode_shards
 
     ap = argparse.ArgumentParser(prog="python -m multipos.shard_job", description=__doc__.split("\n")[0])

@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 FORMAT = "multipos-shards/1"
 MANIFEST = "manifest.json"
 DTYPES = ("float32", "float16")
-#: Rows encoded per call of :func:`multipos.retrieval.encode` (bounds the float32 buffer for float16 shards).
+#: Rows encoded per call of :func:`multipos.encoding.encode` (bounds the float32 buffer for float16 shards).
 ENCODE_CHUNK = 1 << 16
 
 
@@ -72,7 +72,7 @@ def _dist():
 def _write_npy(path: Path, shape: tuple[int, int], dtype: str, fill) -> None:
     """Create ``path`` as an ``.npy`` memmap of ``shape``/``dtype`` under a temporary name, let ``fill(array)``
     write it, flush it and rename it into place; on any exception the temporary file is removed."""
-    from multipos.retrieval import _preallocate
+    from multipos.encoding import _preallocate
 
     tmp = atomic.temp_path(path)
     try:
@@ -123,7 +123,7 @@ def encode_shards(model, ids: list[str], texts: list[str], folder: str | os.Path
             are encoded).
         num_shards: shards in all (default: the world size); rank r encodes shards r, r + world, ….
         rank, world_size: default from the initialised ``torch.distributed`` group, else 0 and 1.
-        kind, max_length, batch_size, bf16: as :func:`multipos.retrieval.encode` (``bf16=None``: where native);
+        kind, max_length, batch_size, bf16: as :func:`multipos.encoding.encode` (``bf16=None``: where native);
             the model encodes on the device it is on.
         dtype: ``float32`` or ``float16`` on disk (float16 halves disk and page cache; search copies rows to
             float32 in chunks, so scores then differ from a float32 run by the fp16 rounding, ~1e-3 relative).
@@ -134,7 +134,7 @@ def encode_shards(model, ids: list[str], texts: list[str], folder: str | os.Path
 
     Raises ValueError for mismatched ids/texts, duplicate ids, an unknown dtype or a rank outside the world.
     """
-    from multipos.retrieval import encode, native_bf16
+    from multipos.encoding import encode, native_bf16
 
     _check_corpus(ids, len(texts), dtype)
     bf16 = native_bf16() if bf16 is None else bool(bf16)
@@ -175,7 +175,7 @@ def encode_shards(model, ids: list[str], texts: list[str], folder: str | os.Path
 def save_shards(emb: np.ndarray, ids: list[str], folder: str | os.PathLike, num_shards: int,
                 dtype: str = "float32") -> Path:
     """Write embeddings computed already (``emb`` [N, dim], array or memmap, e.g. a
-    :func:`multipos.retrieval.cached_encode` file) as ``num_shards`` shards plus manifest, in this process →
+    :func:`multipos.encoding.cached_encode` file) as ``num_shards`` shards plus manifest, in this process →
     manifest path. Rows are copied shard by shard. Raises ValueError as :func:`encode_shards`."""
     _check_corpus(ids, len(emb), dtype)
     folder = Path(folder)

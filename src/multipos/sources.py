@@ -120,7 +120,7 @@ def teacher_order(queries: list[TrainQuery], query_texts: dict[str, str], corpus
     a cache hit (the encoding is).
     """
     from multipos.model import DualEncoder
-    from multipos.retrieval import encode
+    from multipos.encoding import encode
 
     model = DualEncoder(teacher, pooling=pooling, normalize=normalize, query_max_length=query_max_length,
                         passage_max_length=passage_max_length, trust_remote_code=trust_remote_code)

@@ -1,36 +1,21 @@
-"""Evaluation sets and metrics (ranx): nDCG@10, MRR@10, Recall@100, Recall@1000, Acc@k.
+"""Evaluation sets: what a run is scored on (``conf/benchmark``, ``conf/eval``).
 
-Graded metrics (nDCG) use the qrels grades as gains (trec_eval's linear gain, as BEIR reports);
-binary metrics (MRR, Recall) count a passage relevant when its grade ≥ the set's
-``relevance_threshold`` (1 for NFCorpus, 2 for TREC DL, as TREC does).
-
-Averages: each metric is averaged over the queries that have at least one relevant passage for it
-(grade > 0 for nDCG, grade ≥ threshold for binary metrics); a judged query missing from the run
-scores 0. trec_eval instead averages binary metrics over every judged query, counting queries
-without a passage at the threshold as 0 — the two agree whenever every judged query has one
-(checked against pytrec_eval in ``tests/test_metrics_independent.py``).
-
-Set kinds: :class:`EvalSet` (BEIR layout, qrels; optional qrels *views* such as gold-only / silver-only
+Set kinds: :class:`EvalSet` (BEIR layout, graded qrels; optional qrels *views* such as gold-only / silver-only
 labels, and self-hit removal for ArguAna/Quora) and :class:`QAEvalSet` (DPR open-domain QA: Acc@k by
-answer-string match, :mod:`multipos.qa`). On qrels sets ``acc@k`` is top-k accuracy against the qrels
-(ranx ``hit_rate@k``, trec_eval ``success_k``). Both expose ``load()``, ``clean(run)`` and
-``score(run, data) -> {result name: (means, per-query values)}``.
+answer-string match, :mod:`multipos.qa`). Both expose ``load()``, ``clean(run)`` and
+``score(run, data) -> {result name: (means, per-query values)}``; the metrics are :mod:`multipos.metrics`.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from multipos.assets import resolve_dataset
+from multipos.metrics import DEFAULT_METRICS, evaluate_run
 from multipos.readers import BeirDataset, Qrels, Run, check_qrels_ids, load_beir, read_qrels_files
 
 log = logging.getLogger(__name__)
-
-DEFAULT_METRICS = ("ndcg@10", "mrr@10", "recall@100", "recall@1000")
-GRADED = ("ndcg", "ndcg_burges", "dcg")
-
 
 #: BEIR sets whose corpora contain the queries themselves: a hit with the query's own id is removed
 #: before scoring, as the BEIR benchmark does for them (never by default elsewhere).
@@ -230,103 +215,7 @@ def beir_sets(paths, split: str = "test", metrics=("ndcg@10",), relevance_thresh
         name = path.rstrip("/").split("/")[-1]
         if name in out:
             raise ValueError(f"eval.paths: two folders are named {name!r} ({out[name]['path']}, {path})")
-        out[name] = {"_target_": "multipos.evaluation.EvalSet", "name": name, "path": path, "split": split,
+        out[name] = {"_target_": "multipos.evalsets.EvalSet", "name": name, "path": path, "split": split,
                      "metrics": list(_plain(metrics)), "relevance_threshold": int(relevance_threshold),
                      "remove_self_hits": name.lower() in SELF_HIT_SETS}
     return out
-
-
-def add_average(results: dict[str, dict[str, float]], name: str, sets: list[str] | None = None) -> dict:
-    """Add ``results[name]`` = unweighted mean over ``sets`` (default: all) of each metric every set has
-    (the BEIR average row). Returns ``results``; needs at least two sets, else leaves it unchanged."""
-    sets = [s for s in (sets or list(results)) if s in results and s != name]
-    if len(sets) < 2:
-        return results
-    common = [m for m in results[sets[0]] if all(m in results[s] for s in sets)]
-    results[name] = {m: sum(results[s][m] for s in sets) / len(sets) for m in common}
-    return results
-
-
-def _binary(qrels: Qrels, threshold: int) -> Qrels:
-    out = {q: {d: 1 for d, g in docs.items() if g >= threshold} for q, docs in qrels.items()}
-    return {q: docs for q, docs in out.items() if docs}
-
-
-def _ranx_name(metric: str) -> str:
-    """``acc@k`` (top-k accuracy against qrels, as in DPR tables) is ranx's ``hit_rate@k``."""
-    return "hit_rate" + metric[3:] if metric.startswith("acc@") else metric
-
-
-def evaluate_run(qrels: Qrels, run: Run, metrics=DEFAULT_METRICS, relevance_threshold: int = 1,
-                 per_query: bool = False):
-    """Score ``run`` against ``qrels`` with ranx.
-
-    Queries judged but absent from the run count as 0; run queries without judgments are dropped
-    (logged). Returns {metric: mean}, and with ``per_query`` also {metric: {qid: value}}.
-    """
-    from ranx import Qrels as RQrels, Run as RRun, evaluate
-
-    extra = [q for q in run if q not in qrels]
-    if extra:
-        log.warning("dropping %d run queries without qrels, e.g. %s", len(extra), extra[:3])
-    results, per_q = {}, {}
-    groups = {"graded": [m for m in metrics if m.split("@")[0] in GRADED],
-              "binary": [m for m in metrics if m.split("@")[0] not in GRADED]}
-    for kind, names in groups.items():
-        if not names:
-            continue
-        q = qrels if kind == "graded" else _binary(qrels, relevance_threshold)
-        q = {qid: {d: g for d, g in docs.items() if g > 0} for qid, docs in q.items()}
-        q = {qid: docs for qid, docs in q.items() if docs}
-        if not q:
-            raise ValueError(f"no query has a passage with grade >= {relevance_threshold if kind == 'binary' else 1} "
-                             f"in these qrels: cannot compute {names}")
-        r = {qid: (run.get(qid) or {}) for qid in q}
-        # ranx needs at least one hit per query; an empty result scores 0 on every metric.
-        r = {qid: (docs if docs else {"__none__": 0.0}) for qid, docs in r.items()}
-        rq, rr = RQrels(q), RRun(r)
-        ranx_names = [_ranx_name(m) for m in names]
-        scores = evaluate(rq, rr, ranx_names, make_comparable=True)
-        if len(names) == 1:
-            scores = {ranx_names[0]: scores}
-        results.update({m: float(scores[rn]) for m, rn in zip(names, ranx_names)})
-        if per_query:
-            for m, rn in zip(names, ranx_names):
-                per_q[m] = {qid: float(v) for qid, v in rr.scores[rn].items()}
-    ordered = {m: results[m] for m in metrics}
-    return (ordered, per_q) if per_query else ordered
-
-
-def dense_run(model, data: BeirDataset, k: int = 1000, batch_size: int = 64, bf16: bool | None = None,
-              passage_max_length: int | None = None, cache: Path | None = None, index: str = "flat",
-              index_options: dict | None = None, progress: bool = True, device="auto") -> Run:
-    """Encode ``data``'s corpus and queries with ``model`` (a DualEncoder) and retrieve top-``k`` with FAISS.
-
-    Corpus embeddings are cached under ``cache`` keyed by (weights, corpus, max length, pooling);
-    ``cache=None`` always re-encodes. ``index`` / ``index_options`` go to :func:`multipos.retrieval.search`
-    (``eval.index``, ``eval.faiss``: HNSW/IVF parameters, GPU use, corpus shards). ``bf16`` / ``device``: as in
-    :func:`multipos.retrieval.encode` (None = bf16 where native; ``"auto"`` = the GPU when there is one).
-    """
-    from multipos.retrieval import cached_encode, encode, search
-
-    pids = data.corpus.ids
-    kw = dict(kind="passage", max_length=passage_max_length, batch_size=batch_size, bf16=bf16, progress=progress,
-              device=device)
-    p_emb = cached_encode(model, pids, data.corpus.texts(pids), cache, tag=data.name or "corpus", **kw)
-    qids = list(data.queries)
-    q_emb = encode(model, [data.queries[q] for q in qids], kind="query", batch_size=batch_size, bf16=bf16, progress=False,
-                   device=device)
-    return search(q_emb, p_emb, qids, pids, k=k, index_kind=index, **(index_options or {}))
-
-
-_BM25_CACHE: dict[str, Run] = {}
-
-
-def bm25_run(data: BeirDataset, k: int = 1000) -> Run:
-    """BM25 top-``k`` run over ``data``'s corpus (bm25s, Lucene BM25 k1=0.9 b=0.4), memoised per process."""
-    from multipos.bm25 import BM25
-
-    key = f"{data.name}|{len(data.corpus)}|{len(data.queries)}|{k}"
-    if key not in _BM25_CACHE:
-        _BM25_CACHE[key] = BM25(data.corpus).search(data.queries, k=k)
-    return _BM25_CACHE[key]

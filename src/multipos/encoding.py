@@ -1,0 +1,221 @@
+"""Encoding passages and queries with a :class:`~multipos.model.DualEncoder`: length-sorted batches, on the
+trainer's accelerator, bf16 where native, and an on-disk embedding cache keyed by weights and corpus text.
+
+Corpora above :data:`MEMMAP_THRESHOLD` passages are encoded straight into a memory-mapped ``.npy`` cache file
+(:func:`cached_encode`), which :mod:`multipos.retrieval` searches in shards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import logging
+import os
+import secrets
+import struct
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from multipos.model import DualEncoder
+
+log = logging.getLogger(__name__)
+
+#: Corpora with more passages than this are encoded straight into a memory-mapped ``.npy`` cache file
+#: and cache hits are memory-mapped read-only (8.8M × 768 float32 = 27 GB would not fit in RAM twice).
+MEMMAP_THRESHOLD = 1_000_000
+
+
+def autocast_context(device: torch.device, bf16: bool):
+    """bf16 autocast on the device when requested (CPU or CUDA), else a no-op context."""
+    if bf16:
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def native_bf16() -> bool:
+    """True where bf16 is native (:func:`multipos.auto_precision`): the meaning of ``bf16=None`` here."""
+    from multipos import auto_precision
+
+    return auto_precision() == "bf16-mixed"
+
+
+def encoding_device(model: DualEncoder, device: str | torch.device | None = "auto") -> torch.device:
+    """Put ``model`` on the device it encodes on (see :func:`encode`'s ``device``) and return that device."""
+    current = next(model.parameters()).device
+    if device is None:
+        return current
+    if device == "auto":
+        if current.type != "cpu" or not torch.cuda.is_available():
+            return current
+        device = "cuda"
+    target = torch.device(device)
+    if target != current:
+        model.to(target)
+    return next(model.parameters()).device
+
+
+@torch.inference_mode()
+def encode(
+    model: DualEncoder,
+    texts: list[str],
+    kind: str = "passage",
+    max_length: int | None = None,
+    batch_size: int = 64,
+    bf16: bool | None = None,
+    progress: bool = True,
+    *,
+    out: np.ndarray | None = None,
+    device: str | torch.device | None = "auto",
+) -> np.ndarray:
+    """Embed ``texts`` → float32 array [len(texts), H], in input order.
+
+    Texts are sorted by length (characters) so each batch pads little; ``kind`` selects the query
+    or passage encoder and default truncation length. Runs under ``torch.inference_mode`` and,
+    with ``bf16``, bf16 autocast (embeddings match fp32 to cosine ≥ 0.9999 on MiniLM); ``bf16=None``
+    uses it only where bf16 is native (:func:`multipos.auto_precision`: emulated bf16 on a CPU without
+    AVX512-BF16/AMX is many times slower than fp32).
+
+    ``device``: where to encode. ``"auto"`` (default) moves a model that sits on the CPU to the GPU when
+    CUDA is available (the zero-shot reference, the teacher, and the final evaluation after Lightning has
+    moved the trained model back to the CPU) and leaves it there; ``None`` keeps the model where it is
+    (retrieval validation during ``fit``); anything else is passed to ``model.to``.
+
+    ``out``: optional preallocated float32 array [len(texts), H] (e.g. an ``np.lib.format.open_memmap``
+    file) that is filled batch by batch and returned, so a huge corpus never exists twice in RAM.
+    Raises ValueError if its shape or dtype does not match.
+    """
+    shape = (len(texts), model.hidden_size)
+    if out is None:
+        out = np.zeros(shape, dtype=np.float32)
+    elif tuple(out.shape) != shape or out.dtype != np.float32:
+        raise ValueError(f"out must be a float32 array of shape {shape}; got {out.dtype} {tuple(out.shape)}")
+    device = encoding_device(model, device)
+    bf16 = native_bf16() if bf16 is None else bf16
+    was_training = model.training
+    model.eval()
+    order = np.argsort([-len(t) for t in texts], kind="stable")
+    fn = model.encode_queries if kind == "query" else model.encode_passages
+    # disable=None: the bar shows only on a terminal
+    bar = tqdm(range(0, len(texts), batch_size), desc=f"encode {kind}s", disable=None if progress else True, leave=False)
+    try:
+        for start in bar:
+            idx = order[start : start + batch_size]
+            tokens = model.tokenize([texts[i] for i in idx], kind=kind, max_length=max_length)
+            tokens = {k: v.to(device) for k, v in tokens.items()}
+            with autocast_context(device, bf16):
+                emb = fn(tokens)
+            out[idx] = emb.float().cpu().numpy()
+    finally:
+        model.train(was_training)
+    return out
+
+
+def corpus_digest(ids: list[str], texts: list[str]) -> str:
+    """16 hex digits of sha1 over every (id, text) pair in order (UTF-8, each length-prefixed): an edited,
+    added, removed or reordered passage changes it, even when its length is unchanged (about 2 s per million
+    passages of MS MARCO length). The corpus part of the embedding and dense-negative cache keys."""
+    h = hashlib.sha1()
+    pack = struct.Struct("<QQ").pack
+    for i, t in zip(ids, texts):
+        ib, tb = i.encode("utf-8", "surrogatepass"), t.encode("utf-8", "surrogatepass")
+        h.update(pack(len(ib), len(tb)))
+        h.update(ib)
+        h.update(tb)
+    return h.hexdigest()[:16]
+
+
+def _cache_key(model: DualEncoder, ids: list[str], texts: list[str], max_length: int | None,
+               bf16: bool = True) -> str:
+    """``{model.fingerprint()}-{corpus_digest(ids, texts)}-{max length}-{bf16|fp32}``.
+
+    ``model.fingerprint()`` hashes the passage encoder weights *and* its pooling + normalisation; the corpus
+    part (:func:`corpus_digest`) hashes every id and the full text. The key ignores ``tag`` (the set name) so
+    sets sharing a corpus (NFCorpus dev/test) share embeddings.
+    """
+    precision = "bf16" if bf16 else "fp32"
+    return f"{model.fingerprint()}-{corpus_digest(ids, texts)}-{max_length or model.passage_max_length}-{precision}"
+
+
+def _preallocate(path: Path) -> None:
+    """Reserve the disk blocks of ``path`` now: ENOSPC is an OSError here, rather than a SIGBUS when a
+    sparse memmap page is written back to a full disk. Skipped where the file system cannot do it."""
+    if not hasattr(os, "posix_fallocate"):  # pragma: no cover - macOS / Windows
+        return
+    with open(path, "r+b") as f:
+        try:
+            os.posix_fallocate(f.fileno(), 0, os.fstat(f.fileno()).st_size)
+        except OSError as e:  # pragma: no cover - file system specific
+            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+
+
+def cached_encode(model: DualEncoder, ids: list[str], texts: list[str], cache_dir: Path | None, tag: str, *,
+                  memmap_threshold: int | None = None, **kw) -> np.ndarray:
+    """:func:`encode` with an on-disk cache keyed by (model weights, corpus ids+texts, max length, bf16).
+
+    The key is ``{model.fingerprint()}-{sha1(ids, texts)}-{max length}-{bf16|fp32}`` (:func:`_cache_key`);
+    pooling and normalisation are part of ``model.fingerprint()``. ``batch_size`` is not (it changes
+    embeddings only within numerical noise). ``cache_dir=None`` disables caching; ``tag`` only labels the
+    log line.
+
+    Corpora with more than ``memmap_threshold`` passages (default :data:`MEMMAP_THRESHOLD`) are encoded
+    directly into an ``open_memmap`` ``.npy`` file, and cache hits for them are returned as read-only
+    memmaps (``mmap_mode="r"``); smaller ones are encoded in memory and ``np.load``-ed whole.
+
+    Crash safety: embeddings are written to a uniquely named ``*.tmp.npy`` file in the cache folder and
+    renamed (atomically, same file system) to ``{key}.npy`` only once complete and flushed; an exception
+    removes the temp file. A killed process can leave a ``*.tmp.npy`` behind, which is never read as a
+    hit (delete it by hand, or ``make clean-cache``). A cached file that is empty, truncated or unreadable,
+    or whose shape does not match the corpus, is ignored and re-encoded (and replaced).
+    """
+    if cache_dir is None:
+        return encode(model, texts, **kw)
+    threshold = MEMMAP_THRESHOLD if memmap_threshold is None else memmap_threshold
+    big = len(texts) > threshold
+    if kw.get("bf16") is None:
+        kw["bf16"] = native_bf16()
+    key = _cache_key(model, ids, texts, kw.get("max_length"), kw["bf16"])
+    path = Path(cache_dir) / "embeddings" / f"{key}.npy"
+    shape = (len(texts), model.hidden_size)
+    if path.is_file():
+        try:
+            emb = np.load(path, mmap_mode="r" if big else None)
+        except (OSError, ValueError, EOFError) as e:  # empty, truncated or corrupt (e.g. written by another tool)
+            log.warning("embedding cache %s unreadable (%s); re-encoding", path, e)
+        else:
+            if tuple(emb.shape) == shape and emb.dtype == np.float32:
+                log.info("embedding cache hit (%s): %s", tag, path)
+                return emb
+            log.warning("embedding cache %s has shape %s, expected %s; re-encoding", path, emb.shape, shape)
+            del emb
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stale = sorted(path.parent.glob(f"{key}.*.tmp.npy"))
+    if stale:
+        log.warning("leftover partial embedding files (crashed or concurrent run?): %s", ", ".join(map(str, stale)))
+    tmp = path.with_name(f"{key}.{os.getpid()}-{secrets.token_hex(4)}.tmp.npy")
+    try:
+        if big:
+            log.info("encoding %d passages (%s) into memory-mapped %s", len(texts), tag, tmp)
+            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=shape)
+            _preallocate(tmp)
+            encode(model, texts, out=out, **kw)
+            out.flush()  # msync: the data is on disk before the rename makes it a cache entry
+            del out
+        else:
+            emb = encode(model, texts, **kw)
+            with open(tmp, "wb") as f:
+                np.save(f, emb)
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return np.load(path, mmap_mode="r") if big else emb
+
+
+# ----------------------------------------------------------------------------------------------- FAISS

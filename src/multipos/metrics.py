@@ -1,0 +1,85 @@
+"""Retrieval metrics with ranx: nDCG@10, MRR@10, Recall@100, Recall@1000, Acc@k, and the average row.
+
+Graded metrics (nDCG) use the qrels grades as gains (trec_eval's linear gain, as BEIR reports);
+binary metrics (MRR, Recall) count a passage relevant when its grade ≥ the set's
+``relevance_threshold`` (1 for NFCorpus, 2 for TREC DL, as TREC does). ``acc@k`` is top-k accuracy against
+the qrels (ranx ``hit_rate@k``, trec_eval ``success_k``).
+
+Averages: each metric is averaged over the queries that have at least one relevant passage for it
+(grade > 0 for nDCG, grade ≥ threshold for binary metrics); a judged query missing from the run
+scores 0. trec_eval instead averages binary metrics over every judged query, counting queries
+without a passage at the threshold as 0 — the two agree whenever every judged query has one
+(checked against pytrec_eval in ``tests/test_metrics_independent.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from multipos.readers import Qrels, Run
+
+log = logging.getLogger(__name__)
+
+DEFAULT_METRICS = ("ndcg@10", "mrr@10", "recall@100", "recall@1000")
+GRADED = ("ndcg", "ndcg_burges", "dcg")
+
+
+def _binary(qrels: Qrels, threshold: int) -> Qrels:
+    out = {q: {d: 1 for d, g in docs.items() if g >= threshold} for q, docs in qrels.items()}
+    return {q: docs for q, docs in out.items() if docs}
+
+
+def _ranx_name(metric: str) -> str:
+    """``acc@k`` (top-k accuracy against qrels, as in DPR tables) is ranx's ``hit_rate@k``."""
+    return "hit_rate" + metric[3:] if metric.startswith("acc@") else metric
+
+
+def evaluate_run(qrels: Qrels, run: Run, metrics=DEFAULT_METRICS, relevance_threshold: int = 1,
+                 per_query: bool = False):
+    """Score ``run`` against ``qrels`` with ranx.
+
+    Queries judged but absent from the run count as 0; run queries without judgments are dropped
+    (logged). Returns {metric: mean}, and with ``per_query`` also {metric: {qid: value}}.
+    """
+    from ranx import Qrels as RQrels, Run as RRun, evaluate
+
+    extra = [q for q in run if q not in qrels]
+    if extra:
+        log.warning("dropping %d run queries without qrels, e.g. %s", len(extra), extra[:3])
+    results, per_q = {}, {}
+    groups = {"graded": [m for m in metrics if m.split("@")[0] in GRADED],
+              "binary": [m for m in metrics if m.split("@")[0] not in GRADED]}
+    for kind, names in groups.items():
+        if not names:
+            continue
+        q = qrels if kind == "graded" else _binary(qrels, relevance_threshold)
+        q = {qid: {d: g for d, g in docs.items() if g > 0} for qid, docs in q.items()}
+        q = {qid: docs for qid, docs in q.items() if docs}
+        if not q:
+            raise ValueError(f"no query has a passage with grade >= {relevance_threshold if kind == 'binary' else 1} "
+                             f"in these qrels: cannot compute {names}")
+        r = {qid: (run.get(qid) or {}) for qid in q}
+        # ranx needs at least one hit per query; an empty result scores 0 on every metric.
+        r = {qid: (docs if docs else {"__none__": 0.0}) for qid, docs in r.items()}
+        rq, rr = RQrels(q), RRun(r)
+        ranx_names = [_ranx_name(m) for m in names]
+        scores = evaluate(rq, rr, ranx_names, make_comparable=True)
+        if len(names) == 1:
+            scores = {ranx_names[0]: scores}
+        results.update({m: float(scores[rn]) for m, rn in zip(names, ranx_names)})
+        if per_query:
+            for m, rn in zip(names, ranx_names):
+                per_q[m] = {qid: float(v) for qid, v in rr.scores[rn].items()}
+    ordered = {m: results[m] for m in metrics}
+    return (ordered, per_q) if per_query else ordered
+
+
+def add_average(results: dict[str, dict[str, float]], name: str, sets: list[str] | None = None) -> dict:
+    """Add ``results[name]`` = unweighted mean over ``sets`` (default: all) of each metric every set has
+    (the BEIR average row). Returns ``results``; needs at least two sets, else leaves it unchanged."""
+    sets = [s for s in (sets or list(results)) if s in results and s != name]
+    if len(sets) < 2:
+        return results
+    common = [m for m in results[sets[0]] if all(m in results[s] for s in sets)]
+    results[name] = {m: sum(results[s][m] for s in sets) / len(sets) for m in common}
+    return results
