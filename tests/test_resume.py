@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -137,3 +138,43 @@ def test_rand1lh_redraws_each_epoch_whatever_the_reload_flag(tiny_beir, tiny_ber
     changed = [q for q in without[0] if without[0][q] != without[1][q]]
     assert changed, "no query drew a different positive in epoch 2"
     assert _draws(tiny_beir, tiny_bert, seed=4, reload=0) != without
+
+
+def test_curriculum_interrupted_in_stage_two_resumes_in_stage_two(tiny_beir, tiny_bert, tmp_path, monkeypatch, caplog):
+    """A curriculum run that dies mid-way through stage 2 (gold, SingleLH) is resumed by the same command: stage 1 is
+    not trained again (its kept weights are loaded), stage 2 continues from its last step checkpoint, and the run
+    ends with the metrics of an uninterrupted run with the same seed (bitwise: CPU, fp32)."""
+    import logging
+
+    from multipos.module import RetrieverModule
+    from multipos.train import train
+
+    extra = ("loss=jointlh", "data=nfcorpus_homo", "stages=curriculum", "stages.gold.epochs=2",
+             "callbacks.model_checkpoint.every_n_train_steps=1")
+    whole = tmp_path / "whole"
+    expected = train(compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, whole, *extra)))
+
+    out = tmp_path / "killed"
+    cfg = compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, out, *extra))
+    real_step = RetrieverModule.training_step
+
+    def dies_in_stage_two(self, batch, batch_idx):
+        if self.loss.name == "singlelh" and self.trainer.global_step == 2:
+            raise RuntimeError("preempted in stage 2")
+        return real_step(self, batch, batch_idx)
+
+    monkeypatch.setattr(RetrieverModule, "training_step", dies_in_stage_two)
+    with pytest.raises(RuntimeError, match="preempted in stage 2"):
+        train(cfg)
+    assert (out / "checkpoints" / "stage1" / "kept.json").is_file()
+    assert not (out / "checkpoints" / "stage2" / "kept.json").exists()
+    assert (out / "checkpoints" / "stage2" / "last.ckpt").is_file() and not (out / "metrics.json").exists()
+
+    monkeypatch.setattr(RetrieverModule, "training_step", real_step)
+    with caplog.at_level(logging.INFO, logger="multipos.train"):
+        resumed = train(cfg)
+    assert re.search(r"stage 1 \(\w+\) already finished", caplog.text)
+    assert "stage 2: resuming from" in caplog.text
+    assert resumed == expected
+    info = json.loads((out / "run_info.json").read_text())
+    assert info["status"] == "complete" and info["resumed"]
