@@ -169,6 +169,7 @@ def test_curriculum_interrupted_in_stage_two_resumes_in_stage_two(tiny_beir, tin
     assert (out / "checkpoints" / "stage1" / "kept.json").is_file()
     assert not (out / "checkpoints" / "stage2" / "kept.json").exists()
     assert (out / "checkpoints" / "stage2" / "last.ckpt").is_file() and not (out / "metrics.json").exists()
+    log_before = (out / "csv" / "stage2" / "metrics.csv").read_text().splitlines()
 
     monkeypatch.setattr(RetrieverModule, "training_step", real_step)
     with caplog.at_level(logging.INFO, logger="multipos.train"):
@@ -176,5 +177,10 @@ def test_curriculum_interrupted_in_stage_two_resumes_in_stage_two(tiny_beir, tin
     assert re.search(r"stage 1 \(\w+\) already finished", caplog.text)
     assert "stage 2: resuming from" in caplog.text
     assert resumed == expected
+    # the CSV log of stage 2 keeps the steps trained before the interruption (Lightning's logger deletes them)
+    log_after = (out / "csv" / "stage2" / "metrics.csv").read_text().splitlines()
+    assert len(log_before) > 1 and log_after[1:len(log_before)] == log_before[1:]
+    steps = {int(row.split(",")[log_after[0].split(",").index("step")]) for row in log_after[1:]}
+    assert {0, 1, 2, 3} <= steps
     info = json.loads((out / "run_info.json").read_text())
     assert info["status"] == "complete" and info["resumed"]

@@ -1,10 +1,12 @@
-"""Lightning callbacks: retrieval validation (dev nDCG@10 each epoch, used to select the checkpoint)."""
+"""Lightning callbacks: retrieval validation (dev nDCG@10 each epoch, used to select the checkpoint) and the
+checkpoint that resuming starts from."""
 
 from __future__ import annotations
 
 import logging
 
 import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
 
 from multipos.evalsets import EvalSet
 from multipos.retrieval import dense_run
@@ -57,3 +59,19 @@ class RetrievalValidation(L.Callback):
         if self.metric not in means:
             raise ValueError(f"validation metric {self.metric!r} is not among {self.eval_set.name}'s metrics {list(means)}")
         return float(means[self.metric])
+
+
+class StepCheckpoint(ModelCheckpoint):
+    """Lightning ``ModelCheckpoint`` (``conf/callbacks``: ``model_checkpoint``) whose every-N-steps save skips an
+    epoch's last batch.
+
+    A step checkpoint written at an epoch's last batch comes before that epoch's dev retrieval and before the
+    best-dev checkpoint records it, and Lightning then skips the epoch-end save of the same step; a run resumed
+    from it would not know that epoch's dev score and could keep a worse checkpoint. Skipping that one step save
+    leaves the epoch-end save (after validation, with the best-dev state) as the resume point.
+    """
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+        if batch_idx + 1 >= trainer.num_training_batches:
+            return
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)

@@ -77,6 +77,7 @@ class EpochSampler(Sampler):
 
     def __init__(self, n: int, seed: int, shuffle: bool = True, num_replicas: int = 1, rank: int = 0):
         self.n, self.seed, self.shuffle, self.epoch, self.skip = n, seed, shuffle, 0, 0
+        self.skip_epoch: int | None = None  # the epoch ``skip`` belongs to (None = whichever is iterated next)
         self.num_replicas, self.rank = num_replicas, rank
 
     def set_epoch(self, epoch: int) -> None:
@@ -92,7 +93,10 @@ class EpochSampler(Sampler):
             order = list(range(self.n))
         if self.num_replicas > 1:
             order = (order * self.num_replicas)[: len(self) * self.num_replicas][self.rank :: self.num_replicas]
-        skip, self.skip = self.skip, 0  # a resumed epoch starts after the items already trained on, once
+        # a resumed epoch starts after the items already trained on, once, and only if it is the epoch that was
+        # interrupted: a checkpoint written at an epoch's end resumes at the start of the next one
+        skip = self.skip if self.skip_epoch in (None, self.epoch) else 0
+        self.skip, self.skip_epoch = 0, None
         return iter([(i, self.epoch) for i in list(order)[skip:]])
 
 
@@ -100,8 +104,9 @@ class ResumableLoader(DataLoader):
     """A ``DataLoader`` over an :class:`EpochSampler` that Lightning can checkpoint mid-epoch.
 
     ``state_dict`` records the epoch and the batches already trained on (``progress()``, the trainer's
-    processed-batch count); after ``load_state_dict`` the next epoch iteration skips those batches, so a run
-    resumed from a mid-epoch checkpoint sees exactly the batches an uninterrupted run would have seen.
+    processed-batch count); after ``load_state_dict`` the iteration of that same epoch skips those batches, so a
+    run resumed from a mid-epoch checkpoint sees exactly the batches an uninterrupted run would have seen, and one
+    resumed from an epoch-end checkpoint starts the next epoch from its first batch.
     """
 
     def __init__(self, *args, progress=None, **kwargs):
@@ -113,6 +118,7 @@ class ResumableLoader(DataLoader):
 
     def load_state_dict(self, state: dict) -> None:
         self.sampler.skip = int(state.get("batches", 0)) * int(self.batch_size)
+        self.sampler.skip_epoch = int(state["epoch"]) if "epoch" in state else None
 
 
 def apply_budget(queries: list[TrainQuery], regime: str, positives_per_query: int, query_fraction: float,

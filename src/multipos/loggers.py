@@ -12,11 +12,15 @@ and uploaded later with ``wandb sync <that folder>``.
 
 from __future__ import annotations
 
+import csv
 import os
 import socket
 import sys
 from collections.abc import Mapping
 
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+from lightning.pytorch.loggers.logger import rank_zero_experiment
 from omegaconf import DictConfig, OmegaConf
 
 
@@ -121,3 +125,31 @@ def log_report(name: str, md: str, figure=None, project: str = "multipos", save_
     folder = str(run.dir)
     run.finish()
     return folder
+
+
+
+class _AppendingWriter(ExperimentWriter):
+    """Lightning's CSV ``ExperimentWriter`` that keeps an existing ``metrics.csv`` (and its header) and appends."""
+
+    def _check_log_dir_exists(self) -> None:  # Lightning deletes the file here
+        if self._fs.isfile(self.metrics_file_path):
+            with self._fs.open(self.metrics_file_path, "r", newline="") as f:
+                self.metrics_keys = sorted(next(csv.reader(f), []))
+
+
+class ResumableCSVLogger(CSVLogger):
+    """Lightning ``CSVLogger`` that **appends** to the ``metrics.csv`` of a resumed run (``logger=csv``).
+
+    Lightning's own writer deletes an existing ``metrics.csv`` when it starts, so a run resumed after a preemption
+    (same run directory, :mod:`multipos.train`) would lose the loss curve of everything before the interruption.
+    Here the file is kept and new rows are appended; rows logged between the last checkpoint and the interruption
+    appear twice with the same ``step`` (keep the last). ``resume=false`` removes the old logs first.
+    """
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> ExperimentWriter:
+        if self._experiment is None:
+            self._fs.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = _AppendingWriter(log_dir=self.log_dir)
+        return self._experiment

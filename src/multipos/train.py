@@ -140,12 +140,13 @@ def prepare_run_dir(cfg: DictConfig, out: Path, digest: str) -> tuple[dict, bool
     """Check the run directory against this configuration (hash ``digest``) → (previous run_info, finished).
 
     Raises ValueError when the folder holds a run of another configuration and ``resume`` is on (nothing is
-    overwritten). With ``resume=false`` earlier checkpoints and run info are removed first.
+    overwritten). With ``resume=false`` earlier checkpoints and CSV logs are removed first.
     """
     info = _read_info(out)
     if not cfg.get("resume", True):
         if is_rank_zero():
             shutil.rmtree(out / "checkpoints", ignore_errors=True)
+            shutil.rmtree(out / "csv", ignore_errors=True)  # the CSV logger appends to a resumed run's log
         return {}, False
     if info and info.get("config_hash") != digest:
         raise ValueError(f"{out} holds a run of another configuration (config hash {info.get('config_hash')} != "
