@@ -1,7 +1,7 @@
 """Dense hard negatives: mined with a dual encoder and FAISS, cached, and refreshed during training (ANCE).
 
 * :func:`mine_dense_negatives` — each query's top passages under a dense model minus every judged passage
-  (the rule of the BM25 miner: :func:`multipos.sources.unjudged_negatives`), cached by the model's weights
+  (the rule of the BM25 miner: :func:`multipos.groups.unjudged_negatives`), cached by the model's weights
   and the corpus.
 * :func:`mine_with_checkpoint` — the same with a checkpoint loaded by name (``data.source.negatives: dense``,
   by default the starting checkpoint ``${model.name_or_path}``).
@@ -33,7 +33,7 @@ import torch
 from multipos import atomic
 from multipos.assets import cache_dir
 from multipos.readers import Corpus
-from multipos.sources import unjudged_negatives
+from multipos.groups import unjudged_negatives
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def mine_dense_negatives(model, corpus: Corpus, queries: dict[str, str], judged:
                          progress: bool = True) -> dict[str, list[str]]:
     """Dense hard negatives: for each query, its ``depth`` best-scoring passages under ``model`` (inner product of
     :func:`multipos.encoding.encode` embeddings, FAISS ``index`` over the whole corpus) that are not judged for it
-    (any grade, 0 included: :func:`multipos.sources.unjudged_negatives`).
+    (any grade, 0 included: :func:`multipos.groups.unjudged_negatives`).
 
     Args:
         model: a :class:`~multipos.model.DualEncoder` (its query and passage encoders, pooling, normalisation and

@@ -18,9 +18,10 @@ batch order and of the number of workers.
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import torch
 
@@ -245,3 +246,18 @@ def group_masks(groups: Sequence[Group], columns: Sequence[str] | None = None,
         start += len(g.passage_ids)
     negative_mask[rows, cols] = False
     return positive_mask, negative_mask
+
+
+def unjudged_negatives(ranked: Iterable[str], judged: Iterable[str], depth: int) -> list[str]:
+    """The first ``depth`` passages of ``ranked`` (best first) that are not in ``judged``: the one exclusion rule
+    of every hard-negative miner (BM25 and dense).
+
+    ``judged`` is every passage with a judgment for the query, whatever its grade: positives, and also passages
+    judged non-relevant (grade 0, and the negative TREC grades the readers keep as judged non-relevant). Grade-0
+    passages are left out too, so that "judged" means the same thing here as in the in-batch false-negative mask
+    (:func:`group_masks`), where every judged passage of a query is ignored; on the training
+    qrels used here it changes nothing (NFCorpus's graded train qrels hold grades 1 and 2 only, Tevatron files
+    have no grade-0 judgments).
+    """
+    judged = set(judged)
+    return list(itertools.islice((p for p in ranked if p not in judged), depth))

@@ -18,6 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from multipos.readers import BeirDataset, Run
+from multipos.topk import merge_topk
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +169,36 @@ def search_index(index, query_emb: np.ndarray, k: int, query_batch_size: int = 4
     return np.concatenate([d for d, _ in parts]), np.concatenate([i for _, i in parts])
 
 
+def shard_topk(index, queries: np.ndarray, k: int, size: int, query_batch_size: int = 4096):
+    """Tie-complete top-``k`` of one exact (flat) index over ``size`` rows → (scores [Q, k'], local rows [Q, k']).
+
+    FAISS picks arbitrarily among passages tied at its k-th score. Searching k + 1 tells whether a tie
+    straddles the cut; while one does for some query, the search is repeated with k doubled, until every
+    query's last hit scores below its k-th (or the shard is exhausted). Every passage scoring at least the
+    k-th score is then present, which makes :func:`multipos.topk.merge_topk` over shards exact.
+    """
+    want = min(k, size)
+    depth = min(want + 1, size)
+    while True:
+        d, i = search_index(index, queries, depth, query_batch_size)
+        if depth >= size or want == 0 or not np.any(d[:, -1] >= d[:, want - 1]):
+            return d, i
+        depth = min(2 * depth, size)
+
+
+def index_topk(emb: np.ndarray, queries: np.ndarray, k: int, index_kind: str = "flat", query_batch_size: int = 4096,
+               **index_kw) -> tuple[np.ndarray, np.ndarray]:
+    """Index ``emb`` [n, dim] (:func:`build_index`) and search ``queries`` [Q, dim] float32 →
+    (scores [Q, k'], rows of ``emb`` [Q, k']). ``flat``: tie-complete (:func:`shard_topk`); ``hnsw`` / ``ivf``:
+    the index's own approximate top-k. An empty ``emb`` gives k' = 0."""
+    if len(emb) == 0:
+        return np.empty((len(queries), 0), np.float32), np.empty((len(queries), 0), np.int64)
+    index = build_index(emb, index_kind, **index_kw)
+    if index_kind == "flat":
+        return shard_topk(index, queries, k, len(emb), query_batch_size)
+    return search_index(index, queries, min(k, len(emb)), query_batch_size)
+
+
 def search(query_emb: np.ndarray, passage_emb: np.ndarray, query_ids: list[str], passage_ids: list[str],
            k: int = 1000, index_kind: str = "flat", shard_size: int | None = None, query_batch_size: int = 4096,
            **index_kw) -> Run:
@@ -181,7 +212,7 @@ def search(query_emb: np.ndarray, passage_emb: np.ndarray, query_ids: list[str],
     ``shard_size`` (passages per shard; None = one index): builds one index per contiguous shard, in
     turn, searches it and merges its top-k into the running global top-k, so peak memory is one shard's
     index (+ Q·k·12 bytes of results). Exact for ``flat`` (equal to the unsharded run, ties at the k-th
-    score included: :func:`multipos.topk.shard_topk`); for hnsw/ivf every shard is its own approximate
+    score included: :func:`shard_topk`); for hnsw/ivf every shard is its own approximate
     index. Queries are searched ``query_batch_size`` at a time (:func:`search_index`; HNSW with efSearch ≥ k).
     Equal scores are ordered by passage row (:func:`multipos.topk.merge_topk`). Shards written to disk by
     several processes: :mod:`multipos.shards`. Raises ValueError on mismatched ids/rows or k < 1.
@@ -193,8 +224,6 @@ def search(query_emb: np.ndarray, passage_emb: np.ndarray, query_ids: list[str],
         raise ValueError(f"k must be ≥ 1; got {k}")
     if index_kind not in INDEX_KINDS:  # fail before any work
         raise ValueError(f"unknown FAISS index kind {index_kind!r} (config key eval.index); allowed: {', '.join(INDEX_KINDS)}")
-    from multipos.topk import index_topk, merge_topk
-
     n = len(passage_ids)
     if n == 0 or len(query_ids) == 0:
         return {qid: {} for qid in query_ids}

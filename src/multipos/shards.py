@@ -34,7 +34,8 @@ import numpy as np
 
 from multipos import atomic
 from multipos.readers import Run
-from multipos.topk import index_topk, merge_topk
+from multipos.retrieval import index_topk
+from multipos.topk import merge_topk
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@
 Hard negatives (``negatives``): ``bm25`` (BEIR) or ``given`` (Tevatron) as published, or ``dense``: the top
 passages of a dense model, by default the starting checkpoint (:mod:`multipos.dense_negatives`), optionally
 refreshed with the weights being trained every ``negative_refresh_epochs`` epochs (ANCE). Every miner applies one
-rule, :func:`unjudged_negatives`: a passage judged for the query, with any grade (0 included), is never its
+rule, :func:`multipos.groups.unjudged_negatives`: a passage judged for the query, with any grade (0 included), is never its
 negative.
 
 Positive order inside a tier is ``given`` (file order) or ``teacher`` (descending score of a
@@ -21,35 +21,18 @@ produced them in the file name.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import logging
 from pathlib import Path
-from typing import Iterable
 
 from multipos import atomic
 from multipos.assets import cache_dir, resolve_dataset
-from multipos.groups import TrainQuery
+from multipos.groups import TrainQuery, unjudged_negatives
 from multipos.readers import (Corpus, DataFormatError, check_qrels_ids, check_query_texts, load_tevatron_hf,
                               read_corpus, read_qrels, read_queries, read_tevatron)
 
 log = logging.getLogger(__name__)
 ORDERINGS = ("given", "teacher")
-
-
-def unjudged_negatives(ranked: Iterable[str], judged: Iterable[str], depth: int) -> list[str]:
-    """The first ``depth`` passages of ``ranked`` (best first) that are not in ``judged``: the one exclusion rule
-    of every hard-negative miner (BM25 and dense).
-
-    ``judged`` is every passage with a judgment for the query, whatever its grade: positives, and also passages
-    judged non-relevant (grade 0, and the negative TREC grades the readers keep as judged non-relevant). Grade-0
-    passages are left out too, so that "judged" means the same thing here as in the in-batch false-negative mask
-    (:func:`multipos.groups.group_masks`), where every judged passage of a query is ignored; on the training
-    qrels used here it changes nothing (NFCorpus's graded train qrels hold grades 1 and 2 only, Tevatron files
-    have no grade-0 judgments).
-    """
-    judged = set(judged)
-    return list(itertools.islice((p for p in ranked if p not in judged), depth))
 
 
 def _check_negative_options(negatives: str, allowed: tuple[str, ...], model: str | None, refresh: int | None,
@@ -156,7 +139,7 @@ class BeirGradedSource:
         gold_grade: grade of gold (human) positives; silver_grade: grade of silver positives.
         negatives: ``bm25`` (BM25 top-``negative_depth``) or ``dense`` (``negative_model``'s top-``negative_depth``,
             :func:`multipos.dense_negatives.mine_with_checkpoint`); judged passages removed either way
-            (:func:`unjudged_negatives`). Cached under ``<cache>/negatives``.
+            (:func:`multipos.groups.unjudged_negatives`). Cached under ``<cache>/negatives``.
         negative_depth: hard negatives mined per query.
         negative_model: checkpoint of the dense miner (the data configs: the starting checkpoint);
             negative_encoder: its DualEncoder keyword arguments (pooling, normalize, max lengths).
