@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 import torch
-from common import append_result, bench_data, bf16_native, interleaved, machine_info, pick_device
+from common import append_result, bench_data, interleaved, machine_info, pick_device
 
 OUT = Path(__file__).resolve().parent / "results" / "speed.jsonl"
 SIZES = {
@@ -197,7 +197,9 @@ def main() -> None:
     quick = device.type != "cuda" if args.quick is None else args.quick
     full_step = device.type == "cuda" if args.full_step is None else args.full_step
     size = SIZES["quick" if quick else "full"]
-    bf16 = bf16_native()
+    from multipos import native_bf16
+
+    bf16 = native_bf16()
     data = bench_data()
     res = {**machine_info(), "bench": "speed", "size": "quick" if quick else "full", **size, "device": str(device),
            "precision": "bf16 autocast" if bf16 else "fp32", "model": Path(data.model).name,

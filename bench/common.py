@@ -63,20 +63,6 @@ def pick_device():
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def bf16_native() -> bool:
-    """bf16 where it is native (:func:`multipos.auto_precision`: a bf16 GPU, or a CPU with AVX512-BF16/AMX)."""
-    from multipos import auto_precision
-
-    return auto_precision() == "bf16-mixed"
-
-
-def autocast(device, bf16: bool):
-    """bf16 autocast on ``device`` when ``bf16``, else a no-op context (fp32)."""
-    import torch
-
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
-
-
 def sync(device) -> None:
     """Wait for queued GPU work, so a timer around a step measures the step."""
     import torch

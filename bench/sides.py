@@ -21,7 +21,9 @@ import time
 import lightning as L
 import torch
 import torch.nn.functional as F
-from common import REPO, BenchData, autocast, sync
+from common import REPO, BenchData, sync
+
+from multipos.encoding import autocast_context
 
 TAU = 0.05
 
@@ -83,7 +85,7 @@ def multipos_step(data: BenchData, device, bf16: bool, attention_dropout: float 
 
     def step(batch):
         batch = batch.to(device)
-        with autocast(device, bf16):
+        with autocast_context(device, bf16):
             if hasattr(module, "batch_loss"):  # the module's own loss path (masks over the global batch in DDP)
                 q, p = module.model.encode_queries(batch.query), module.model.encode_passages(batch.passages)
                 loss = module.batch_loss(q, p, batch)[0]
@@ -108,7 +110,7 @@ def bare_step(data: BenchData, device, bf16: bool, group_size: int, attention_dr
 
     def step(batch):
         batch = batch.to(device)
-        with autocast(device, bf16):
+        with autocast_context(device, bf16):
             scores = embed(batch.query) @ embed(batch.passages).T / TAU
         target = torch.arange(scores.shape[0], device=device) * group_size
         _finish(F.cross_entropy(scores.float(), target), list(encoder.parameters()), opt)
@@ -146,7 +148,7 @@ def st_step(st, device, bf16: bool):
 
     def step(columns):
         columns = [{k: v.to(device) if torch.is_tensor(v) else v for k, v in c.items()} for c in columns]
-        with autocast(device, bf16):
+        with autocast_context(device, bf16):
             loss = loss_fn(columns, None)
         _finish(loss, params, opt)
 

@@ -39,6 +39,12 @@ def auto_precision() -> str:
     return "bf16-mixed" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "32-true"
 
 
+def native_bf16() -> bool:
+    """True where bf16 is native (:func:`auto_precision` is ``bf16-mixed``): ``${auto_bf16:}`` and the meaning of
+    ``bf16=None`` in :mod:`multipos.encoding`."""
+    return auto_precision() == "bf16-mixed"
+
+
 def auto_workers() -> int:
     """DataLoader workers for training: tokenization runs in worker processes when a CUDA GPU trains (on an
     H100 it took 75–80 % of each step in the main process), and in the main process on a CPU, whose cores
@@ -76,7 +82,7 @@ def optuna_storage(sweep_dir: str) -> str:
 # ${beir_sets:<paths>,<split>,<metrics>} → one eval-set config per BEIR folder (conf/eval/beir.yaml).
 OmegaConf.register_new_resolver("basename", lambda path: str(path).rstrip("/").split("/")[-1], replace=True)
 OmegaConf.register_new_resolver("auto_precision", auto_precision, replace=True)
-OmegaConf.register_new_resolver("auto_bf16", lambda: auto_precision() == "bf16-mixed", replace=True)
+OmegaConf.register_new_resolver("auto_bf16", native_bf16, replace=True)
 OmegaConf.register_new_resolver("auto_workers", auto_workers, replace=True)
 OmegaConf.register_new_resolver("sweep_dir", sweep_dir, replace=True)
 OmegaConf.register_new_resolver("optuna_storage", optuna_storage, replace=True)

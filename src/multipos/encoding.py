@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from multipos import native_bf16
 from multipos.model import DualEncoder
 
 log = logging.getLogger(__name__)
@@ -34,13 +35,6 @@ def autocast_context(device: torch.device, bf16: bool):
     if bf16:
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
-
-
-def native_bf16() -> bool:
-    """True where bf16 is native (:func:`multipos.auto_precision`): the meaning of ``bf16=None`` here."""
-    from multipos import auto_precision
-
-    return auto_precision() == "bf16-mixed"
 
 
 def encoding_device(model: DualEncoder, device: str | torch.device | None = "auto") -> torch.device:
