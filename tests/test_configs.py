@@ -81,8 +81,9 @@ def test_every_experiment_cell_composes_and_plans(experiment, scale):
         resolved = OmegaConf.to_container(cfg, resolve=True)
         assert resolved["experiment_name"] == experiment
         assert resolved["report"]["name"] == experiment and resolved["report"]["columns"]
-        stages = plan(cfg.stages)  # every stage valid (regime, objective, choices)
-        assert sum(s.epochs for s in stages) >= 1
+        stages = plan(cfg.stages, evaluate_only=bool(resolved.get("init_from")))  # every stage valid
+        # a study trains, unless it evaluates another study's models (init_from, no epochs: Table 3)
+        assert sum(s.epochs for s in stages) >= 1 or (resolved.get("init_from") and resolved["trainer"]["max_epochs"] == 0)
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
@@ -134,3 +135,14 @@ def test_tokenization_runs_in_dataloader_workers_only_on_a_gpu(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     assert compose_cfg("train", []).data.num_workers == 4
     assert compose_cfg("train", ["scale=paper"]).data.num_workers == 4
+
+
+def test_table3_evaluates_the_table2_run_of_the_same_cell():
+    """Each Table 3 cell starts from the Table 2 run directory of the same sweep cell (and trains nothing)."""
+    for scale in ("cpu", "paper"):
+        for cell in sweep_cells("table3_ood"):
+            t2 = compose_cfg("train", ["experiment=table2_homogeneous", f"scale={scale}", *cell], return_hydra_config=True)
+            t3 = compose_cfg("train", ["experiment=table3_ood", f"scale={scale}", "paths.output_dir=out", *cell])
+            assert t3.init_from == f"{t2.hydra.sweep.dir}/{t2.hydra.job.override_dirname}/model"
+            assert t3.trainer.max_epochs == 0 and t3.eval.validation is None
+            assert t3.model.name_or_path == t2.model.name_or_path  # the zero-shot row: the starting encoder

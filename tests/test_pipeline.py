@@ -47,6 +47,49 @@ def test_train_writes_metrics_runs_and_hf_model(tiny_beir, tiny_bert, tmp_path, 
         assert [r["regime"] for r in info["stage_records"]] == ["homogeneous", "gold"]
 
 
+def test_init_from_evaluates_a_trained_model_without_training(tiny_beir, tiny_bert, tmp_path):
+    """init_from + trainer.max_epochs=0 (Table 3's runs): the trained model's metrics come back unchanged, the
+    zero-shot row stays the starting encoder, and nothing is trained."""
+    first = tmp_path / "trained"
+    train(compose_cfg("train", ["loss=lsepair", *tiny_overrides(tiny_beir, tiny_bert, first)]))
+    out = tmp_path / "evaluated"
+    results = train(compose_cfg("train", ["loss=lsepair", f"++init_from={first / 'model'}",
+                                          *tiny_overrides(tiny_beir, tiny_bert, out, "trainer.max_epochs=0")]))
+    trained = json.loads((first / "metrics.json").read_text())
+    for name in ("tiny_dev", "tiny_test"):
+        assert results[name] == pytest.approx(trained[name], abs=1e-6)
+    refs, first_refs = (json.loads((d / "references.json").read_text()) for d in (out, first))
+    for name in ("tiny_dev", "tiny_test"):
+        assert refs["zero-shot"][name] == pytest.approx(first_refs["zero-shot"][name])
+    # the trained weights were scored (and saved as this run's model), not the starting ones
+    weights = [AutoModel.from_pretrained(d).embeddings.word_embeddings.weight for d in (first / "model", out / "model", tiny_bert)]
+    assert weights[0].equal(weights[1]) and not weights[0].equal(weights[2])
+    assert not (out / "checkpoints").exists()
+    assert json.loads((out / "run_info.json").read_text())["stage_records"] == []
+
+
+def test_missing_init_from_names_the_key_before_writing(tiny_beir, tiny_bert, tmp_path):
+    out = tmp_path / "run"
+    cfg = compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, out, f"++init_from={tmp_path / 'nowhere' / 'model'}"))
+    with pytest.raises(FileNotFoundError, match="init_from=.*nowhere"):
+        train(cfg)
+    assert not out.exists()
+
+
+def test_a_stage_that_keeps_its_last_weights_runs_no_dev_retrieval(tiny_beir, tiny_bert, tmp_path):
+    """keep=last (Table 5's one-epoch silver stage at CPU scale): nothing to select, so no dev retrieval in that
+    stage; the next stage still validates and the final evaluation still scores dev."""
+    out = tmp_path / "run"
+    train(compose_cfg("train", ["loss=jointlh", "data=nfcorpus_homo", "stages=curriculum", "++stages.silver.keep=last",
+                                *tiny_overrides(tiny_beir, tiny_bert, out)]))
+    silver, gold = (json.loads((out / "checkpoints" / s / "kept.json").read_text()) for s in ("stage1", "stage2"))
+    assert silver["record"]["best_dev"] is None and silver["checkpoint"].endswith("last.ckpt")
+    assert gold["record"]["best_dev"] is not None
+    logs = {p.parent.name: p.read_text() for p in (out / "csv").rglob("metrics.csv")}
+    assert "val/ndcg@10" not in logs["stage1"] and "val/ndcg@10" in logs["stage2"]
+    assert "tiny_dev" in json.loads((out / "metrics.json").read_text())
+
+
 def test_invalid_group_size_fails_before_writing(tiny_beir, tiny_bert, tmp_path):
     out = tmp_path / "run"
     out.mkdir()

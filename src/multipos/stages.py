@@ -15,7 +15,8 @@ paper's curriculum, Sec. 5 "Curriculum"). Each stage names:
   all stages that continue each other, picking up where the previous stage stopped);
 * ``lr`` — peak learning rate of the stage (``null`` = ``module.optimizer.lr``);
 * ``keep`` — which weights the next stage starts from and the run keeps: ``best`` (best dev checkpoint of
-  the stage, when a validation set is configured) or ``last``.
+  the stage, when a validation set is configured) or ``last`` (the stage then runs no dev retrieval: there
+  is nothing to select, which saves one corpus encoding per epoch).
 
 The paper's curriculum is two stages: silver positives with the chosen objective, then gold positives with
 SingleLH for one epoch, with a fresh optimizer and a restarted schedule.
@@ -105,17 +106,21 @@ def make_stage(name: str, spec: Mapping[str, Any]) -> Stage:
     )
 
 
-def plan(stages: Mapping[str, Mapping[str, Any]]) -> list[Stage]:
+def plan(stages: Mapping[str, Mapping[str, Any]], evaluate_only: bool = False) -> list[Stage]:
     """The ordered, validated stage list of a ``stages`` config node ({name: spec}, in file order).
 
+    ``evaluate_only`` (a run that starts from trained weights, ``init_from``) allows every stage to have 0
+    epochs: the run then only evaluates those weights.
+
     Raises ValueError for an empty plan or an invalid stage (see :func:`make_stage`), or when every stage
-    has 0 epochs.
+    has 0 epochs and not ``evaluate_only``.
     """
     if not stages:
         raise ValueError("stages: the plan is empty; use stages=single or stages=curriculum")
     out = [make_stage(str(name), dict(spec)) for name, spec in stages.items()]
-    if not any(s.epochs for s in out):
-        raise ValueError("stages: every stage has 0 epochs, nothing to train")
+    if not evaluate_only and not any(s.epochs for s in out):
+        raise ValueError("stages: every stage has 0 epochs, nothing to train (to only evaluate trained weights, "
+                         "set init_from=<model folder>)")
     return out
 
 

@@ -59,6 +59,8 @@ def config_hash(cfg: DictConfig) -> str:
     for key in VOLATILE_KEYS:
         plain.pop(key, None)
     plain.get("trainer", {}).pop("enable_progress_bar", None)
+    if plain.get("init_from") is None:  # unset: the hash of runs from before the key existed
+        plain.pop("init_from", None)
     return hashlib.sha1(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -136,6 +138,26 @@ def _read_info(out: Path) -> dict:
         return {}
 
 
+def start_weights(cfg: DictConfig) -> dict:
+    """Keyword arguments that make ``cfg.model`` start from ``cfg.init_from`` (a trained model folder, e.g.
+    another study's ``<run>/model``) instead of ``model.name_or_path``; ``{}`` when ``init_from`` is unset.
+
+    The zero-shot reference row stays ``model.name_or_path`` (the un-fine-tuned encoder). With
+    ``trainer.max_epochs=0`` a run trains nothing and only evaluates those weights: Table 3 evaluates Table 2's
+    models this way (``conf/experiment/table3_ood.yaml``).
+
+    Raises: FileNotFoundError naming ``init_from`` when the folder does not exist.
+    """
+    init = cfg.get("init_from")
+    if not init:
+        return {}
+    if not Path(init).is_dir():
+        raise FileNotFoundError(f"init_from={init}: no such model folder (a finished run's <run dir>/model; train "
+                                f"the run it names first, e.g. the study it belongs to with `python train.py -m "
+                                f"experiment=<study>`)")
+    return {"name_or_path": str(init)}
+
+
 def prepare_run_dir(cfg: DictConfig, out: Path, digest: str) -> tuple[dict, bool]:
     """Check the run directory against this configuration (hash ``digest``) → (previous run_info, finished).
 
@@ -193,7 +215,8 @@ def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, m
     log.info("stage %d/%d %s: regime=%s objective=%s single_positive=%s epochs=%d optimizer=%s lr_schedule=%s "
              "(schedule steps %d..%d)", i + 1, n_stages, stage.name, stage.regime, stage.objective, stage.single_positive,
              stage.epochs, stage.optimizer, stage.lr_schedule, span[0], span[1])
-    callbacks, best = build_callbacks(cfg, stage_dir, val_set)
+    # keep=last: no dev retrieval during the stage (nothing to select); the final evaluation still scores dev
+    callbacks, best = build_callbacks(cfg, stage_dir, val_set if stage.keep == "best" else None)
     objective = ContrastiveLoss(stage.objective, normalize_by_positives=bool(cfg.loss.get("normalize_by_positives", False)))
     module = instantiate(cfg.module)(model=model, loss=objective, lr=stage.lr, schedule_offset=span[0],
                                      schedule_total=span[1] or None,
@@ -234,7 +257,7 @@ def train(cfg: DictConfig) -> dict | None:
     """
     out = output_dir(cfg)
     start = time.time()
-    stages = plan(cfg.stages)  # configuration errors first
+    stages = plan(cfg.stages, evaluate_only=bool(cfg.get("init_from")))  # configuration errors first
     digest = config_hash(cfg)
     info, finished = prepare_run_dir(cfg, out, digest)
     if finished:
@@ -247,7 +270,7 @@ def train(cfg: DictConfig) -> dict | None:
     check_launch(world)
     steps = [datamodule.steps_per_epoch(s.regime, world) * s.epochs if s.epochs else 0 for s in stages]  # data errors here
     spans = schedule_spans(stages, steps)
-    model = instantiate(cfg.model)  # checkpoint and tokenizer errors, still before anything is written
+    model = instantiate(cfg.model, **start_weights(cfg))  # checkpoint and tokenizer errors, before anything is written
     zero = is_rank_zero()
     out.mkdir(parents=True, exist_ok=True)
     info = {"status": "running", "config_hash": digest, "experiment": cfg.get("experiment_name"),
