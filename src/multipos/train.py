@@ -12,6 +12,9 @@ directory (files listed in :mod:`multipos.eval_runner`), plus:
   labels per stage, wall time (summed over resumes), device;
 * ``csv/`` — Lightning logs (one version per stage in multi-stage runs).
 
+``init_from=<model folder>`` starts from trained weights instead of ``model.name_or_path`` (the zero-shot row
+keeps the latter); with ``trainer.max_epochs=0`` the run trains nothing and only evaluates them (Table 3).
+
 Re-running the identical command into the same run directory (``hydra.run.dir``, or a study's fixed sweep
 folder) resumes: a finished run is skipped, finished stages are not re-trained, and an interrupted stage
 continues from its last checkpoint — optimizer, schedule, RNG and data order included.
