@@ -14,7 +14,8 @@ Modules, by concept:
   ``topk`` (exact top-k merge), ``shards`` / ``shard_job`` (sharded corpus encoding and search), ``evalsets``
   (evaluation sets), ``metrics`` (ranx metrics), ``qa`` (DPR answer-match accuracy);
 * jobs and outputs: ``train`` / ``evaluate`` (the jobs behind ``train.py`` / ``evaluate.py``), ``eval_runner``
-  (evaluation shared by both jobs), ``atomic`` (atomic writes), ``runlog`` (reading a run's logs),
+  (evaluation shared by both jobs), ``equivalent_runs`` (config hash, equivalence key, reusing a finished run
+  that trained the same model), ``atomic`` (atomic writes), ``runlog`` (reading a run's logs),
   ``report`` (tables, significance, plots).
 """
 

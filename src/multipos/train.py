@@ -8,8 +8,8 @@ directory (files listed in :mod:`multipos.eval_runner`), plus:
 * ``checkpoints/stage<i>/`` — Lightning checkpoints per stage (``last.ckpt`` every
   ``callbacks.model_checkpoint.every_n_train_steps`` steps and each epoch, the best dev one) and
   ``kept.json`` once the stage is finished;
-* ``run_info.json`` — status (``running`` | ``complete``), config hash, stages, training queries and positive
-  labels per stage, wall time (summed over resumes), device;
+* ``run_info.json`` — status (``running`` | ``complete``), config hash and equivalence key, stages, training
+  queries and positive labels per stage, wall time (summed over resumes), device;
 * ``csv/`` — Lightning logs (one version per stage in multi-stage runs).
 
 ``init_from=<model folder>`` starts from trained weights instead of ``model.name_or_path`` (the zero-shot row
@@ -17,12 +17,13 @@ keeps the latter); with ``trainer.max_epochs=0`` the run trains nothing and only
 
 Re-running the identical command into the same run directory (``hydra.run.dir``, or a study's fixed sweep
 folder) resumes: a finished run is skipped, finished stages are not re-trained, and an interrupted stage
-continues from its last checkpoint — optimizer, schedule, RNG and data order included.
+continues from its last checkpoint — optimizer, schedule, RNG and data order included. With
+``reuse_equivalent=true`` (set by every study) a run whose model and evaluation a finished run elsewhere already
+computed copies that run's results instead of training (:mod:`multipos.equivalent_runs`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import platform
@@ -35,11 +36,12 @@ import lightning as L
 import numpy as np
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from multipos import atomic
 from multipos.assets import cache_dir
 from multipos.distributed import check_launch, is_rank_zero, trainer_world_size
+from multipos.equivalent_runs import adopt, config_hash, equivalence_key, find_equivalent, register
 from multipos.eval_runner import eval_sets, evaluate_sets, references, retrieval_options, write_results
 from multipos.loggers import log_config, log_final_metrics
 from multipos.losses import ContrastiveLoss
@@ -47,24 +49,9 @@ from multipos.stages import Stage, plan, schedule_spans
 
 log = logging.getLogger(__name__)
 
-#: Config keys that do not change what a run computes (left out of its config hash).
-VOLATILE_KEYS = ("paths", "resume", "hydra", "report", "experiment_name", "size")
-
-
 def output_dir(cfg: DictConfig) -> Path:
     """The run directory ``cfg.paths.output_dir`` (Hydra's run dir under ``train.py``)."""
     return Path(cfg.paths.output_dir)
-
-
-def config_hash(cfg: DictConfig) -> str:
-    """Hash of the resolved configuration without :data:`VOLATILE_KEYS` (identifies what a run computes)."""
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    for key in VOLATILE_KEYS:
-        plain.pop(key, None)
-    plain.get("trainer", {}).pop("enable_progress_bar", None)
-    if plain.get("init_from") is None:  # unset: the hash of runs from before the key existed
-        plain.pop("init_from", None)
-    return hashlib.sha1(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def device_description() -> str:
@@ -262,10 +249,28 @@ def train(cfg: DictConfig) -> dict | None:
     start = time.time()
     stages = plan(cfg.stages, evaluate_only=bool(cfg.get("init_from")))  # configuration errors first
     digest = config_hash(cfg)
+    key = equivalence_key(cfg, [s.single_positive for s in stages if s.epochs > 0])
     info, finished = prepare_run_dir(cfg, out, digest)
+    zero = is_rank_zero()
     if finished:
         log.info("%s: finished run with this configuration, skipped (resume=false trains it again)", out)
+        if zero:
+            if info.get("equivalence_key") != key:  # runs from before the key existed
+                atomic.write_json(out / "run_info.json", {**info, "equivalence_key": key})
+            register(key, out)
         return json.loads((out / "metrics.json").read_text())
+    reuse = cfg.get("reuse_equivalent", False) and cfg.get("resume", True)  # resume=false: train it again
+    source = find_equivalent(key, out) if reuse else None
+    if source is not None:
+        if not zero:
+            return None
+        metrics = adopt(source, out, {"config_hash": digest, "equivalence_key": key,
+                                      "experiment": cfg.get("experiment_name"), "seed": int(cfg.seed),
+                                      "device": device_description(),
+                                      "wall_s": round(float(info.get("wall_s", 0.0)) + time.time() - start, 1),
+                                      "stages": [s.describe() for s in stages], "resumed": bool(info)})
+        register(key, out)
+        return metrics
     L.seed_everything(cfg.seed, workers=True)
     datamodule = instantiate(cfg.data, seed=cfg.seed)
     val_set, test_sets = eval_sets(cfg)
@@ -274,9 +279,8 @@ def train(cfg: DictConfig) -> dict | None:
     steps = [datamodule.steps_per_epoch(s.regime, world) * s.epochs if s.epochs else 0 for s in stages]  # data errors here
     spans = schedule_spans(stages, steps)
     model = instantiate(cfg.model, **start_weights(cfg))  # checkpoint and tokenizer errors, before anything is written
-    zero = is_rank_zero()
     out.mkdir(parents=True, exist_ok=True)
-    info = {"status": "running", "config_hash": digest, "experiment": cfg.get("experiment_name"),
+    info = {"status": "running", "config_hash": digest, "equivalence_key": key, "experiment": cfg.get("experiment_name"),
             "seed": int(cfg.seed), "device": device_description(), "wall_s": float(info.get("wall_s", 0.0)),
             "stages": [s.describe() for s in stages], "resumed": bool(info)}
     if zero:
@@ -304,6 +308,7 @@ def train(cfg: DictConfig) -> dict | None:
     info.update(status="complete", stage_records=records, wall_s=round(info["wall_s"] + time.time() - start, 1))
     text = write_results(out, results, refs, extra_lines=[f"wall time {info['wall_s']:.0f} s on {info['device']}"])
     atomic.write_json(out / "run_info.json", info)
+    register(key, out)
     log_final_metrics(results)  # W&B: test/<set>/<metric>, then the run is closed
     print("\n" + text + "\n")
     print(f"run directory: {out}")

@@ -89,18 +89,25 @@ def _duration(s: float) -> str:
 
 
 def provenance(sweep: Path, runs: Sequence[RunResult], infos: Sequence[Mapping], rows: int | None = None) -> str:
-    """One line: number of runs (and rows), seeds, sweep name, wall time (total and mean per run, from
-    ``run_info.json`` ``wall_s``, left out when no run has it) and device(s) (``run_info.json`` ``device``)."""
+    """One line: number of runs (and rows), seeds, sweep name, runs copied from an equivalent finished run
+    (``run_info.json`` ``reused_from``, :mod:`multipos.equivalent_runs`), wall time of the others (total and mean
+    per run, from ``run_info.json`` ``wall_s``, left out when no run has it) and device(s) (``run_info.json``
+    ``device``)."""
     seeds = sort_seeds({r.config.get("seed") for r in runs if r.config.get("seed") is not None})
     parts = [f"{len(runs)} run{'s' * (len(runs) != 1)}" + (f" ({rows} rows)" if rows is not None else "")
              + f" in sweep `{sweep.resolve().name}`"]
     if seeds:
         parts.append(f"seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}")
-    walls = [float(i["wall_s"]) for i in infos if isinstance(i.get("wall_s"), (int, float))]
+    reused = sum(1 for i in infos if i.get("reused_from"))
+    if reused:
+        parts.append(f"{reused} of them copied from an equivalent finished run (`reused_from` in their "
+                     f"`run_info.json`: the same model and evaluation), not trained again")
+    walls = [float(i["wall_s"]) for i in infos if isinstance(i.get("wall_s"), (int, float)) and not i.get("reused_from")]
     if walls:
-        over = f" (over {len(walls)} of {len(runs)} runs)" if len(walls) < len(runs) else ""
+        trained = len(runs) - reused
+        over = f" (over {len(walls)} of {trained} runs)" if len(walls) < trained else ""
         parts.append(f"wall time {_duration(math.fsum(walls))} in total, {_duration(math.fsum(walls) / len(walls))} "
-                     f"per run{over}")
+                     f"per {'trained ' * bool(reused)}run{over}")
     devices = list(dict.fromkeys(str(i["device"]) for i in infos if i.get("device")))
     if devices:
         parts.append(f"device{'s' * (len(devices) > 1)}: {', '.join(devices)}")
