@@ -47,8 +47,9 @@ NOT_COMPUTED = ("logger",)
 #: ``data`` fields a stage with a single-positive objective (SingleLH, Rand1LH) does not read.
 IGNORED_BY_SINGLE_POSITIVE = ("max_positives", "positive_selection")
 
-#: Files of a finished run directory copied by :func:`adopt` (glob patterns), besides ``model/``.
-RESULT_FILES = ("metrics.json", "references.json", "per_query.*.json", "run.*.trec")
+#: Files of a finished run directory copied by :func:`adopt` (glob patterns), besides ``model/`` and the files of
+#: :func:`multipos.eval_runner.write_results` (written there from the source's metrics and references).
+RESULT_FILES = ("per_query.*.json", "run.*.trec")
 
 
 def _digest(plain: dict) -> str:
@@ -95,11 +96,23 @@ def _read_json(path: Path) -> object:
         return None
 
 
+def read_run_info(run_dir: Path) -> dict:
+    """``<run_dir>/run_info.json`` as a dict; ``{}`` when absent, and (with a warning) when not valid JSON."""
+    path = Path(run_dir) / "run_info.json"
+    if not path.is_file():
+        return {}
+    info = _read_json(path)
+    if not isinstance(info, dict):
+        log.warning("%s is not valid JSON (interrupted write?): ignored", path)
+        return {}
+    return info
+
+
 def is_finished(run_dir: Path, key: str | None = None) -> bool:
     """True when ``run_dir`` holds a complete run (``run_info.json`` status ``complete`` and ``metrics.json``),
     with equivalence key ``key`` when given."""
-    info = _read_json(Path(run_dir) / "run_info.json")
-    return (isinstance(info, dict) and info.get("status") == "complete" and (Path(run_dir) / "metrics.json").is_file()
+    info = read_run_info(run_dir)
+    return (info.get("status") == "complete" and (Path(run_dir) / "metrics.json").is_file()
             and (key is None or info.get("equivalence_key") == key))
 
 
@@ -129,8 +142,8 @@ def find_equivalent(key: str, run_dir: Path) -> Path | None:
 def adopt(source: Path, run_dir: Path, info: dict) -> dict:
     """Copy the results and model of the finished run ``source`` into ``run_dir`` → its metrics.
 
-    Copies :data:`RESULT_FILES` and ``model/`` (atomically: a copy cut short leaves no half file), rewrites
-    ``results.txt`` with a line naming the source, and writes ``run_info.json`` last, from ``info`` plus
+    Copies :data:`RESULT_FILES` and ``model/`` (atomically: a copy cut short leaves no half file), writes
+    ``metrics.json``, ``references.json`` and ``results.txt`` (with a line naming the source) from the source's, and writes ``run_info.json`` last, from ``info`` plus
     ``status: complete``, ``reused_from`` and the source's ``stage_records``. ``wall_s`` is the time spent here.
     Raises FileNotFoundError when ``source`` has no ``metrics.json`` or ``model/``.
     """
@@ -139,6 +152,8 @@ def adopt(source: Path, run_dir: Path, info: dict) -> dict:
     source, run_dir = Path(source), Path(run_dir)
     if not (source / "metrics.json").is_file() or not (source / "model").is_dir():
         raise FileNotFoundError(f"{source}: not a finished run (metrics.json and model/ expected)")
+    metrics = json.loads((source / "metrics.json").read_text())
+    refs = _read_json(source / "references.json")
     run_dir.mkdir(parents=True, exist_ok=True)
     for pattern in RESULT_FILES:
         for file in sorted(source.glob(pattern)):
@@ -147,9 +162,7 @@ def adopt(source: Path, run_dir: Path, info: dict) -> dict:
             os.replace(tmp, run_dir / file.name)
     with atomic.replace_dir(run_dir / "model") as tmp:
         shutil.copytree(source / "model", tmp, dirs_exist_ok=True)
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    refs = _read_json(run_dir / "references.json")
-    src_info = _read_json(source / "run_info.json") or {}
+    src_info = read_run_info(source)
     write_results(run_dir, metrics, refs if isinstance(refs, dict) else None,
                   extra_lines=[f"copied from the equivalent finished run {source.resolve()} (equivalence key "
                                f"{info.get('equivalence_key')}); trained nothing here"])

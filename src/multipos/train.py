@@ -41,7 +41,8 @@ from omegaconf import DictConfig
 from multipos import atomic
 from multipos.assets import cache_dir
 from multipos.distributed import check_launch, is_rank_zero, trainer_world_size
-from multipos.equivalent_runs import adopt, config_hash, equivalence_key, find_equivalent, register
+from multipos.equivalent_runs import (adopt, config_hash, equivalence_key, find_equivalent, is_finished, read_run_info,
+                                      register)
 from multipos.eval_runner import eval_sets, evaluate_sets, references, retrieval_options, write_results
 from multipos.loggers import log_config, log_final_metrics
 from multipos.losses import ContrastiveLoss
@@ -117,17 +118,6 @@ def build_trainer(cfg: DictConfig, out: Path, max_epochs: int, callbacks: list, 
                        plugins=[atomic.AtomicCheckpointIO()], **overrides)
 
 
-def _read_info(out: Path) -> dict:
-    path = out / "run_info.json"
-    if not path.is_file():
-        return {}
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
-        log.warning("%s is not valid JSON (interrupted write?): ignored", path)
-        return {}
-
-
 def start_weights(cfg: DictConfig) -> dict:
     """Keyword arguments that make ``cfg.model`` start from ``cfg.init_from`` (a trained model folder, e.g.
     another study's ``<run>/model``) instead of ``model.name_or_path``; ``{}`` when ``init_from`` is unset.
@@ -154,7 +144,7 @@ def prepare_run_dir(cfg: DictConfig, out: Path, digest: str) -> tuple[dict, bool
     Raises ValueError when the folder holds a run of another configuration and ``resume`` is on (nothing is
     overwritten). With ``resume=false`` earlier checkpoints and CSV logs are removed first.
     """
-    info = _read_info(out)
+    info = read_run_info(out)
     if not cfg.get("resume", True):
         if is_rank_zero():
             shutil.rmtree(out / "checkpoints", ignore_errors=True)
@@ -163,8 +153,7 @@ def prepare_run_dir(cfg: DictConfig, out: Path, digest: str) -> tuple[dict, bool
     if info and info.get("config_hash") != digest:
         raise ValueError(f"{out} holds a run of another configuration (config hash {info.get('config_hash')} != "
                          f"{digest}); use another hydra.run.dir, or resume=false to train it again from scratch")
-    finished = info.get("status") == "complete" and (out / "metrics.json").is_file()
-    return info, finished
+    return info, is_finished(out)
 
 
 class _RNGState(L.Callback):
