@@ -116,7 +116,7 @@ def test_sharded_encoding_equals_dense_run(tiny_setup, tmp_path):
     texts = data.corpus.texts(pids)
     folder = tmp_path / "shards"
     for rank in range(2):  # two "ranks" by hand (no process group): shards 0, 2 / 1, 3
-        encode_shards(model, pids, texts, folder, num_shards=4, rank=rank, world_size=2, batch_size=1)
+        encode_shards(model, pids, texts, folder, num_shards=4, rank=rank, world_size=2, batch_size=1, bf16=False)
     store = ShardedEmbeddings.open(folder)
     assert [(s["start"], s["stop"]) for s in store.shards] == shard_bounds(len(pids), 4)
     assert store.meta["model"] == model.fingerprint() and store.dtype == "float32"
@@ -128,7 +128,7 @@ def test_sharded_encoding_equals_dense_run(tiny_setup, tmp_path):
     _same(search_shards(q_emb, store, qids, k=k), _dense_reference(model, data, k))
 
     half = tmp_path / "fp16"
-    encode_shards(model, pids, texts, half, num_shards=3, dtype="float16", batch_size=1)
+    encode_shards(model, pids, texts, half, num_shards=3, dtype="float16", batch_size=1, bf16=False)
     fp16 = search_shards(q_emb, ShardedEmbeddings.open(half), qids, k=k)
     assert fp16.keys() == data.queries.keys() and all(len(v) == k for v in fp16.values())
     assert np.load(half / "shard-00000.npy", mmap_mode="r").dtype == np.float16
@@ -149,7 +149,7 @@ def _worker(rank: int, world: int, init: str, bert: str, beir: str, out: str, k:
         model = DualEncoder(bert, pooling="mean", normalize=False, passage_max_length=64)
         data = EvalSet("tiny", beir, split="test").load()
         pids = data.corpus.ids
-        encode_shards(model, pids, data.corpus.texts(pids), Path(out) / "shards", num_shards=5, batch_size=1)
+        encode_shards(model, pids, data.corpus.texts(pids), Path(out) / "shards", num_shards=5, batch_size=1, bf16=False)
         qids = list(data.queries)
         q_emb = encode(model, [data.queries[q] for q in qids], "query", batch_size=1, bf16=False, progress=False)
         run = distributed_search(q_emb, ShardedEmbeddings.open(Path(out) / "shards"), qids, k=k)
