@@ -18,14 +18,15 @@ log = logging.getLogger(__name__)
 class Batch:
     """One training batch (B queries, G passages each).
 
-    query: tokenizer output, tensors [B, Lq]; passages: tokenizer output, [B·G, Lp];
+    query: tokenizer output, tensors [B, Lq]; passages: tokenizer output, [B·G, Lp], or None when the passages are
+    looked up in a frozen passage index instead of encoded (query-side fine-tuning, :mod:`multipos.passage_index`);
     positive_mask / negative_mask: bool [B, B·G] (see :func:`multipos.groups.group_masks`);
     query_ids: [B]; passage_ids: [B·G], the id of each column; groups: the B groups (judged passages per query,
     for the masks over a global batch in data-parallel training, :mod:`multipos.distributed`).
     """
 
     query: dict[str, torch.Tensor]
-    passages: dict[str, torch.Tensor]
+    passages: dict[str, torch.Tensor] | None
     positive_mask: torch.Tensor
     negative_mask: torch.Tensor
     query_ids: list[str]
@@ -33,7 +34,7 @@ class Batch:
     groups: list[Group] | None = None
 
     def to(self, device) -> "Batch":
-        mv = lambda d: {k: v.to(device) for k, v in d.items()}  # noqa: E731
+        mv = lambda d: None if d is None else {k: v.to(device) for k, v in d.items()}  # noqa: E731
         return Batch(mv(self.query), mv(self.passages), self.positive_mask.to(device), self.negative_mask.to(device),
                      self.query_ids, self.passage_ids, self.groups)
 
@@ -176,6 +177,9 @@ class MultiPosDataModule(L.LightningDataModule):
             (:func:`apply_budget`), or None for every query with all its positives.
         seed: seed for group construction and shuffling; num_workers: DataLoader workers.
 
+    ``tokenize_passages`` (attribute, default True): set to False by query-side fine-tuning, whose batches carry the
+    passages' ids alone (``Batch.passages`` None) because their embeddings come from the frozen passage index.
+
     Every failure of the data is reported before training starts (:meth:`steps_per_epoch`, :meth:`setup`):
     training queries without a positive under the stage's regime are skipped with a warning giving their
     number and examples; queries whose mined hard negatives cannot fill G are topped up with random corpus
@@ -223,6 +227,8 @@ class MultiPosDataModule(L.LightningDataModule):
         self.dataset: GroupDataset | None = None
         self.stats: dict = {}
         self.negative_pools: dict[str, list[str]] | None = None
+        #: False under query-side fine-tuning: batches carry passage ids only (looked up in the frozen index)
+        self.tokenize_passages = True
 
     def set_stage(self, regime: str, single_positive: str | None) -> None:
         """Select the positive regime and the single-positive rule of the next stage (from its stage config); the
@@ -312,9 +318,12 @@ class MultiPosDataModule(L.LightningDataModule):
         positive_mask, negative_mask = group_masks(groups)
         q = self.tokenizer([g.query for g in groups], padding=True, truncation=True,
                            max_length=self.query_max_length, return_tensors="pt")
-        texts = [self.corpus[p].full_text() for g in groups for p in g.passage_ids]
-        p = self.tokenizer(texts, padding=True, truncation=True, max_length=self.passage_max_length, return_tensors="pt")
-        return Batch(dict(q), dict(p), positive_mask, negative_mask, [g.query_id for g in groups],
+        p = None
+        if self.tokenize_passages:
+            texts = [self.corpus[p].full_text() for g in groups for p in g.passage_ids]
+            p = dict(self.tokenizer(texts, padding=True, truncation=True, max_length=self.passage_max_length,
+                                    return_tensors="pt"))
+        return Batch(dict(q), p, positive_mask, negative_mask, [g.query_id for g in groups],
                      [p for g in groups for p in g.passage_ids], list(groups))
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx):

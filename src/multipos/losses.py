@@ -47,7 +47,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
-__all__ = ["OBJECTIVES", "SINGLE_POSITIVE", "ContrastiveLoss", "compute", "check_name"]
+__all__ = ["OBJECTIVES", "SINGLE_POSITIVE", "HARDEST_NEGATIVE", "ContrastiveLoss", "compute", "check_name"]
 
 # A large finite stand-in for −inf: keeps logsumexp and its gradient finite on empty sets.
 # Representable in both compute dtypes (float32 max ≈ 3.4e38, float64 ≈ 1.8e308), and stays finite
@@ -171,6 +171,12 @@ OBJECTIVES: dict[str, Objective] = {
 #: ``"random"``). The single source of that rule: the training-stage plan reads it to configure each
 #: stage's positive selection; the objectives themselves only check that the mask holds one positive.
 SINGLE_POSITIVE: dict[str, str] = {"singlelh": "first", "rand1lh": "random"}
+
+
+#: Objectives that see the negatives only through the highest negative score (max_n s_n). Every other objective
+#: sees them only through a log-sum-exp over D− (or over D+ ∪ D−): :mod:`multipos.corpus_candidates` relies on
+#: this to replace a whole corpus of negatives by one exact summary column.
+HARDEST_NEGATIVE: frozenset[str] = frozenset({"lsepair_maxn", "lsepair_minp_maxn"})
 
 
 def check_name(name: str) -> str:

@@ -231,6 +231,22 @@ class DualEncoder(nn.Module):
         if not self.shared:
             check_tokenizer(self.tokenizer, self.passage_encoder, query_path)
 
+    def freeze_passage_encoder(self) -> None:
+        """Query-side fine-tuning (DensePhrases, Lee et al. 2021): E_d stays the current (starting) weights and only
+        E_q trains. A shared encoder is untied first: the passage side becomes a copy, so the saved model is the
+        untied layout (``query_encoder/`` trained, ``passage_encoder/`` the starting checkpoint)."""
+        if self.shared:
+            import copy
+
+            self.passage_encoder = copy.deepcopy(self.query_encoder)
+            self.shared = False
+        self.passage_encoder.requires_grad_(False)
+
+    @property
+    def passage_frozen(self) -> bool:
+        """True when no passage-encoder weight trains (:meth:`freeze_passage_encoder`)."""
+        return not self.shared and not any(p.requires_grad for p in self.passage_encoder.parameters())
+
     @property
     def hidden_size(self) -> int:
         return self.query_encoder.config.hidden_size

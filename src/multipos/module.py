@@ -11,10 +11,16 @@ import lightning as L
 import torch
 
 from multipos import distributed
+from multipos.corpus_candidates import corpus_scores, corpus_targets
 from multipos.data import Batch
 from multipos.grad_cache import grad_cache_step
-from multipos.losses import ContrastiveLoss
+from multipos.losses import HARDEST_NEGATIVE, ContrastiveLoss
 from multipos.model import DualEncoder
+from multipos.passage_index import FrozenPassageIndex
+
+#: ``passages.candidates``: ``group`` (each query's G-passage group plus in-batch negatives) or ``corpus`` (every
+#: corpus passage, :mod:`multipos.corpus_candidates`; needs the frozen passage index).
+CANDIDATES = ("group", "corpus")
 
 
 def linear_warmup_decay(optimizer: torch.optim.Optimizer, num_warmup_steps: int, num_training_steps: int):
@@ -53,19 +59,38 @@ class RetrieverModule(L.LightningModule):
             takes both from ``trainer``, and train.py then builds the trainer without them). Plain training
             leaves clipping to the trainer and ignores these.
 
+        passage_index: query-side fine-tuning (``passages=frozen_index``): the frozen corpus embeddings
+            (:class:`~multipos.passage_index.FrozenPassageIndex`, held as a non-persistent buffer on the training
+            device); batches' passages are looked up by corpus row, never encoded, and only E_q trains. None:
+            two-tower training (both encoders, passages encoded every step).
+        candidates: ``group`` (the batch's groups, in-batch negatives) or ``corpus`` (every corpus passage;
+            exact, in chunks of ``chunk_size`` rows: :mod:`multipos.corpus_candidates`). ``passages.candidates``.
+        chunk_size: corpus rows scored at a time with ``candidates="corpus"`` (``passages.chunk_size``).
+
     Data-parallel training (``trainer=ddp``): every step scores the local queries against the passages of all
     ranks with masks over the global batch (:mod:`multipos.distributed`); one process is the special case W = 1.
+    With ``candidates="corpus"`` every rank scores its queries against the whole corpus (it holds the index).
 
     Raises:
-        ValueError: ``warmup_ratio`` outside [0, 1) or ``grad_cache_chunk_size`` < 1.
+        ValueError: ``warmup_ratio`` outside [0, 1), ``grad_cache_chunk_size`` < 1, an unknown ``candidates``,
+            ``candidates="corpus"`` without a passage index, or a passage index with a passage encoder that trains.
     """
 
     def __init__(self, model: DualEncoder, loss: ContrastiveLoss, optimizer: Callable | None = None,
                  scheduler: Callable | None = None, warmup_ratio: float = 0.1, lr: float | None = None,
                  schedule_offset: int = 0, schedule_total: int | None = None, optimizer_state: dict | None = None,
                  grad_cache_chunk_size: int | None = None, gradient_clip_val: float | None = None,
-                 gradient_clip_algorithm: str = "norm"):
+                 gradient_clip_algorithm: str = "norm", passage_index: FrozenPassageIndex | None = None,
+                 candidates: str = "group", chunk_size: int | None = 65536):
         super().__init__()
+        if candidates not in CANDIDATES:
+            raise ValueError(f"passages.candidates={candidates!r}; allowed: {', '.join(CANDIDATES)}")
+        if candidates == "corpus" and passage_index is None:
+            raise ValueError("passages.candidates=corpus scores every corpus passage and needs the frozen passage "
+                             "index: use passages=frozen_index (query-side fine-tuning)")
+        if passage_index is not None and not model.passage_frozen:
+            raise ValueError("a frozen passage index needs a frozen passage encoder "
+                             "(DualEncoder.freeze_passage_encoder, done by passages=frozen_index)")
         if not 0.0 <= warmup_ratio < 1.0:
             raise ValueError(f"module.warmup_ratio must be in [0, 1), got {warmup_ratio}")
         if grad_cache_chunk_size is not None and int(grad_cache_chunk_size) < 1:
@@ -79,6 +104,10 @@ class RetrieverModule(L.LightningModule):
         self.grad_cache_chunk_size = None if grad_cache_chunk_size is None else int(grad_cache_chunk_size)
         self.gradient_clip_val, self.gradient_clip_algorithm = gradient_clip_val, gradient_clip_algorithm
         self.automatic_optimization = self.grad_cache_chunk_size is None
+        self.candidates, self.chunk_size = candidates, int(chunk_size or 65536)
+        self.passage_row = passage_index.row if passage_index is not None else None
+        if passage_index is not None:  # moved to the training device with the module, never checkpointed
+            self.register_buffer("passage_embeddings", passage_index.embeddings, persistent=False)
 
     def forward(self, batch: Batch) -> torch.Tensor:
         """Score matrix [B, B·G] of a batch's own queries and passages (already divided by τ; no gathering)."""
@@ -112,12 +141,38 @@ class RetrieverModule(L.LightningModule):
         self.log("train/lr", self.optimizers().param_groups[0]["lr"], prog_bar=False, batch_size=n)  # this step's
         if self.grad_cache_chunk_size is not None:
             loss, extra = self._grad_cache_step(batch)
+        elif self.passage_row is not None:
+            loss, extra = self.query_side_loss(self.model.encode_queries(batch.query), batch)
         else:
             loss, extra = self.batch_loss(self.model.encode_queries(batch.query),
                                           self.model.encode_passages(batch.passages), batch)
         # the mean of the ranks' losses is the global batch's mean loss (multipos.distributed)
         self.log("train/loss", loss, prog_bar=True, batch_size=n, sync_dist=self.trainer.world_size > 1)
         return {"loss": loss, **extra}
+
+    def query_side_loss(self, q: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, dict]:
+        """Query-side fine-tuning's loss of query embeddings ``q`` [B_local, H] (frozen passages, no passage
+        encoding) → (loss, ``{"scores", "positive_mask", "negative_mask"}``) as :meth:`batch_loss`.
+
+        ``group``: the batch's passages looked up by corpus row [N_local, H], then :meth:`batch_loss` (in-batch and
+        cross-device negatives as in two-tower training). ``corpus``: the exact reduced problem of
+        :func:`multipos.corpus_candidates.corpus_scores` ([B, P + 1]: each query's positives and one column
+        summarising every corpus passage not judged for it), scaled like :meth:`batch_loss` under DDP.
+        """
+        if self.candidates == "group":
+            rows = FrozenPassageIndex.rows_of(self.passage_row, batch.passage_ids).to(self.passage_embeddings.device)
+            return self.batch_loss(q, self.passage_embeddings[rows], batch)
+        if batch.groups is None:
+            raise ValueError("passages.candidates=corpus needs Batch.groups (positives and judged passages per query)")
+        targets = corpus_targets([g.passage_ids[: g.n_positives] for g in batch.groups], [g.judged for g in batch.groups],
+                                 self.passage_row).to(q.device)
+        summary = "max" if self.loss.name in HARDEST_NEGATIVE else "lse"
+        scores, positive_mask, negative_mask = corpus_scores(q, self.passage_embeddings, self.model.temperature,
+                                                             targets, self.chunk_size, summary)
+        ids = batch.passage_ids or []
+        layout = distributed.batch_layout(q.shape[0], ids, len(ids))
+        loss = self.loss(scores, positive_mask, negative_mask) * layout.loss_scale
+        return loss, {"scores": scores.detach(), "positive_mask": positive_mask, "negative_mask": negative_mask}
 
     def _grad_cache_step(self, batch: Batch) -> tuple[torch.Tensor, dict]:
         """GradCache forward/backward (:func:`multipos.grad_cache.grad_cache_step`), optimizer step (clipping in
@@ -127,10 +182,14 @@ class RetrieverModule(L.LightningModule):
         opt.zero_grad()
         strategy = self.trainer.strategy
         no_sync = getattr(strategy, "block_backward_sync", nullcontext)
-        loss, extra = grad_cache_step(
-            [(self.model.encode_queries, batch.query), (self.model.encode_passages, batch.passages)],
-            lambda q, p: self.batch_loss(q, p, batch), self.grad_cache_chunk_size,
-            backward=self.manual_backward, no_sync=no_sync)
+        if self.passage_row is not None:  # query-side: only the queries are encoded
+            parts = [(self.model.encode_queries, batch.query)]
+            loss_fn = lambda q: self.query_side_loss(q, batch)  # noqa: E731
+        else:
+            parts = [(self.model.encode_queries, batch.query), (self.model.encode_passages, batch.passages)]
+            loss_fn = lambda q, p: self.batch_loss(q, p, batch)  # noqa: E731
+        loss, extra = grad_cache_step(parts, loss_fn, self.grad_cache_chunk_size, backward=self.manual_backward,
+                                      no_sync=no_sync)
         opt.step()  # clips in on_before_optimizer_step
         scheduler = self.lr_schedulers()
         if scheduler is not None:

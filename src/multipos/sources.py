@@ -103,16 +103,21 @@ def teacher_order(queries: list[TrainQuery], query_texts: dict[str, str], corpus
     a cache hit (the encoding is).
     """
     from multipos.model import DualEncoder
-    from multipos.encoding import encode
+    from multipos.encoding import cached_encode, encode
 
     model = DualEncoder(teacher, pooling=pooling, normalize=normalize, query_max_length=query_max_length,
                         passage_max_length=passage_max_length, trust_remote_code=trust_remote_code)
 
     def compute():
-        pids = sorted({p for q in queries for p in (*q.gold, *q.silver)})
-        log.info("teacher ordering: encoding %d positives and %d queries with %s (%s pooling%s)", len(pids),
+        # the whole corpus through the embedding cache: the same embeddings as the zero-shot reference, evaluation and
+        # a frozen passage index of this checkpoint (query-side fine-tuning), so none of them encodes it again
+        from multipos.assets import cache_dir
+
+        pids = corpus.ids
+        log.info("teacher ordering: %d passages and %d queries with %s (%s pooling%s)", len(pids),
                  len(queries), teacher, model.pooling, ", L2" if model.normalize else "")
-        p_emb = encode(model, corpus.texts(pids), "passage")
+        p_emb = cached_encode(model, pids, corpus.texts(pids), cache_dir(), tag="teacher ordering", kind="passage",
+                              max_length=passage_max_length)
         q_emb = encode(model, [query_texts[q.query_id] for q in queries], "query")
         row = {p: i for i, p in enumerate(pids)}
         out = {}

@@ -46,6 +46,8 @@ from multipos.equivalent_runs import (adopt, config_hash, equivalence_key, find_
 from multipos.eval_runner import eval_sets, evaluate_sets, references, retrieval_options, write_results
 from multipos.loggers import log_config, log_final_metrics
 from multipos.losses import ContrastiveLoss
+from multipos.passage_index import check_settings as check_passages
+from multipos.passage_index import for_training as frozen_passage_index
 from multipos.stages import Stage, plan, schedule_spans
 
 log = logging.getLogger(__name__)
@@ -178,8 +180,10 @@ class _RNGState(L.Callback):
 
 
 def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, model, datamodule, val_set,
-              span: tuple[int, int], optimizer_state: dict | None) -> tuple[dict | None, dict]:
-    """Train (or resume, or skip when finished) stage ``i`` → (optimizer state after it, stage record)."""
+              span: tuple[int, int], optimizer_state: dict | None, index=None) -> tuple[dict | None, dict]:
+    """Train (or resume, or skip when finished) stage ``i`` → (optimizer state after it, stage record).
+
+    ``index``: the frozen passage index of query-side fine-tuning (:mod:`multipos.passage_index`), or None."""
     stage_dir = out / "checkpoints" / f"stage{i + 1}"
     kept_file = stage_dir / "kept.json"
     if kept_file.is_file():
@@ -199,7 +203,8 @@ def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, m
     objective = ContrastiveLoss(stage.objective, normalize_by_positives=bool(cfg.loss.get("normalize_by_positives", False)))
     module = instantiate(cfg.module)(model=model, loss=objective, lr=stage.lr, schedule_offset=span[0],
                                      schedule_total=span[1] or None,
-                                     optimizer_state=optimizer_state if stage.optimizer == "carry" else None)
+                                     optimizer_state=optimizer_state if stage.optimizer == "carry" else None,
+                                     **passage_side(cfg, index))
     # manual optimization (GradCache) clips in the module: Lightning refuses Trainer(gradient_clip_val) with it
     manual = {} if module.automatic_optimization else {"gradient_clip_val": None}
     trainer = build_trainer(cfg, out, stage.epochs, [*callbacks, _RNGState()],
@@ -225,6 +230,15 @@ def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, m
     return opt_state, record
 
 
+def passage_side(cfg: DictConfig, index) -> dict:
+    """The module's passage-side arguments (``cfg.passages``): {} for two-tower training, else the frozen index,
+    the candidate set and the chunk size."""
+    if index is None:
+        return {}
+    return {"passage_index": index, "candidates": cfg.passages.candidates,
+            "chunk_size": cfg.passages.get("chunk_size") or 65536}
+
+
 def train(cfg: DictConfig) -> dict | None:
     """Run the main job described in the module docstring; returns the metrics dict written to ``metrics.json``.
 
@@ -237,6 +251,7 @@ def train(cfg: DictConfig) -> dict | None:
     out = output_dir(cfg)
     start = time.time()
     stages = plan(cfg.stages, evaluate_only=bool(cfg.get("init_from")))  # configuration errors first
+    check_passages(cfg.get("passages"))
     digest = config_hash(cfg)
     key = equivalence_key(cfg, [s.single_positive for s in stages if s.epochs > 0])
     info, finished = prepare_run_dir(cfg, out, digest)
@@ -268,6 +283,10 @@ def train(cfg: DictConfig) -> dict | None:
     steps = [datamodule.steps_per_epoch(s.regime, world) * s.epochs if s.epochs else 0 for s in stages]  # data errors here
     spans = schedule_spans(stages, steps)
     model = instantiate(cfg.model, **start_weights(cfg))  # checkpoint and tokenizer errors, before anything is written
+    index = None
+    if any(s.epochs > 0 for s in stages):  # query-side: freeze E_d, encode the corpus once (the embedding cache)
+        index = frozen_passage_index(cfg.get("passages"), model, datamodule.corpus, cache_dir())
+        datamodule.tokenize_passages = index is None
     out.mkdir(parents=True, exist_ok=True)
     info = {"status": "running", "config_hash": digest, "equivalence_key": key, "experiment": cfg.get("experiment_name"),
             "seed": int(cfg.seed), "device": device_description(), "wall_s": float(info.get("wall_s", 0.0)),
@@ -285,7 +304,8 @@ def train(cfg: DictConfig) -> dict | None:
     for i, stage in enumerate(stages):
         if stage.epochs <= 0:
             continue
-        opt_state, record = run_stage(cfg, out, i, stage, len(stages), model, datamodule, val_set, spans[i], opt_state)
+        opt_state, record = run_stage(cfg, out, i, stage, len(stages), model, datamodule, val_set, spans[i], opt_state,
+                                      index)
         records.append(record)
         log.info("stage %d: %d training queries, %d positive labels", i + 1, record.get("training_queries", 0),
                  record.get("positive_labels", 0))
