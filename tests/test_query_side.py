@@ -1,0 +1,119 @@
+"""Query-side fine-tuning end to end on the tiny fixtures (passages=frozen_index): only E_q trains, the corpus is
+encoded once for the whole run, and the saved untied model loads in multipos and sentence-transformers."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModel
+
+import multipos.encoding as encoding
+from multipos.model import DualEncoder
+from multipos.train import train
+from tests.helpers import compose_cfg, tiny_overrides
+
+
+def _run(tiny_beir, tiny_bert, out, *extra):
+    return train(compose_cfg("train", ["passages=frozen_index", *tiny_overrides(tiny_beir, tiny_bert, out, *extra)]))
+
+
+def _weights(folder):
+    return {k: v.clone() for k, v in AutoModel.from_pretrained(folder).state_dict().items()}
+
+
+@pytest.mark.parametrize("candidates,loss", [("group", "lsepair"), ("corpus", "jointlh"), ("corpus", "lsepair_maxn")])
+def test_only_the_query_encoder_trains_and_the_corpus_is_encoded_once(tiny_beir, tiny_bert, tmp_path, monkeypatch,
+                                                                      candidates, loss):
+    monkeypatch.setenv("MULTIPOS_CACHE", str(tmp_path / "cache"))  # cold embedding cache
+    calls = []
+    real = encoding.encode
+    monkeypatch.setattr(encoding, "encode", lambda model, texts, kind="passage", *a, **kw: (
+        calls.append((kind, len(texts))), real(model, texts, kind, *a, **kw))[1])
+    out = tmp_path / "run"
+    results = _run(tiny_beir, tiny_bert, out, f"loss={loss}", f"passages.candidates={candidates}",
+                   "passages.chunk_size=5", "trainer.max_epochs=2", "module.optimizer.lr=1e-3")
+    # one corpus encoding for the index, the zero-shot reference, two dev retrievals and the final evaluation
+    passage_calls = [n for kind, n in calls if kind == "passage"]
+    assert len(passage_calls) == 1 and passage_calls[0] > 1
+    assert len([kind for kind, _ in calls if kind == "query"]) >= 4  # references, 2 dev retrievals, final evaluation
+    assert all(0.0 <= v <= 1.0 for v in results["tiny_test"].values())
+    model = out / "model"
+    assert json.loads((model / "multipos_encoder.json").read_text())["shared"] is False
+    start, passage, query = _weights(tiny_bert), _weights(model / "passage_encoder"), _weights(model / "query_encoder")
+    assert all(torch.equal(passage[k], start[k]) for k in start)
+    assert any(not torch.equal(query[k], start[k]) for k in start)
+    info = json.loads((out / "run_info.json").read_text())
+    assert info["status"] == "complete"
+
+
+def test_the_saved_model_loads_with_its_settings_in_multipos_and_sentence_transformers(tiny_beir, tiny_bert, tmp_path):
+    st = pytest.importorskip("sentence_transformers")
+    out = tmp_path / "run"
+    _run(tiny_beir, tiny_bert, out, "loss=jointlh", "passages.candidates=corpus", "module.optimizer.lr=1e-3")
+    loaded = DualEncoder(str(out / "model"), pooling="mean", normalize=True)  # the saved cls / no-L2 settings win
+    assert (loaded.pooling, loaded.normalize, loaded.shared) == ("cls", False, False)
+    texts = ["heart cholesterol statin", "sleep"]
+    kw = {"bf16": False, "progress": False}
+    for side, kind in (("query_encoder", "query"), ("passage_encoder", "passage")):
+        ours = encoding.encode(loaded, texts, kind, **kw)
+        theirs = st.SentenceTransformer(str(out / "model" / side), device="cpu").encode(texts, convert_to_numpy=True)
+        np.testing.assert_allclose(theirs, ours, atol=1e-5, rtol=0)
+
+
+def test_evaluate_py_scores_the_saved_query_side_model(tiny_beir, tiny_bert, tmp_path):
+    from multipos.evaluate import evaluate
+
+    out = tmp_path / "run"
+    trained = _run(tiny_beir, tiny_bert, out, "loss=summarglh", "passages.candidates=corpus", "module.optimizer.lr=1e-3")
+    cfg = compose_cfg("evaluate", [f"model.name_or_path={out / 'model'}", "eval=nfcorpus_test",
+                                   f"paths.output_dir={tmp_path / 'eval'}", f"eval.test_sets.nfcorpus_test.path={tiny_beir}",
+                                   "eval.test_sets.nfcorpus_test.name=tiny_test", "eval.bf16=false", "eval.k=20",
+                                   "eval.passage_max_length=64"])
+    assert evaluate(cfg)["tiny_test"] == pytest.approx(trained["tiny_test"], abs=1e-6)
+
+
+def test_grad_cache_trains_the_same_query_encoder(tiny_beir, tiny_bert, tmp_path):
+    plain, cached = tmp_path / "plain", tmp_path / "cached"
+    common = ("loss=jointlh", "passages.candidates=corpus", "module.optimizer.lr=1e-3", "model.hidden_dropout=0.0",
+              "model.attention_dropout=0.0")
+    _run(tiny_beir, tiny_bert, plain, *common)
+    _run(tiny_beir, tiny_bert, cached, *common, "module.grad_cache_chunk_size=1")
+    a, b = _weights(plain / "model" / "query_encoder"), _weights(cached / "model" / "query_encoder")
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
+
+
+def test_curriculum_stages_train_query_side(tiny_beir, tiny_bert, tmp_path):
+    out = tmp_path / "run"
+    _run(tiny_beir, tiny_bert, out, "loss=lsepair", "data=nfcorpus_homo", "stages=curriculum", "passages.candidates=corpus")
+    info = json.loads((out / "run_info.json").read_text())
+    assert [r["regime"] for r in info["stage_records"]] == ["homogeneous", "gold"]
+    start, passage = _weights(tiny_bert), _weights(out / "model" / "passage_encoder")
+    assert all(torch.equal(passage[k], start[k]) for k in start)
+
+
+def test_corpus_candidates_without_the_frozen_index_fail_before_writing(tiny_beir, tiny_bert, tmp_path):
+    out = tmp_path / "run"
+    cfg = compose_cfg("train", ["passages.candidates=corpus", *tiny_overrides(tiny_beir, tiny_bert, out)])
+    with pytest.raises(ValueError, match="passages.candidates=corpus needs the frozen passage index"):
+        train(cfg)
+    assert not out.exists()
+    cfg = compose_cfg("train", ["passages=frozen_index", "passages.candidates=everything",
+                                *tiny_overrides(tiny_beir, tiny_bert, out)])
+    with pytest.raises(ValueError, match="passages.candidates='everything'"):
+        train(cfg)
+    assert not out.exists()
+
+
+def test_two_tower_config_hash_is_unchanged_by_the_passages_group(tiny_beir, tiny_bert, tmp_path):
+    """Finished two-tower sweeps are still skipped: the default passages node is left out of the hash."""
+    from multipos.equivalent_runs import config_hash
+
+    base = tiny_overrides(tiny_beir, tiny_bert, tmp_path / "run")
+    with_default = compose_cfg("train", base)
+    without = compose_cfg("train", [*base, "~passages"])
+    assert config_hash(with_default) == config_hash(without)
+    assert config_hash(compose_cfg("train", ["passages=frozen_index", *base])) != config_hash(with_default)
