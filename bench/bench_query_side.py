@@ -1,0 +1,118 @@
+"""Query-side fine-tuning vs two-tower training: seconds per training query of one optimisation step, side by side.
+
+Three steps on the same batches (B queries, G passages each: the query's first judged passage and G − 1 others),
+each a forward, backward and AdamW step of all-MiniLM-L6-v2 (bf16 autocast where native) with JointLH:
+
+* ``two_tower``: queries and passages encoded, both encoders trained (``passages=trained``);
+* ``query_side_group``: queries encoded, passages looked up in a frozen index [N, H] (``passages=frozen_index``);
+* ``query_side_corpus``: queries scored against every corpus passage, exact, in chunks
+  (``passages.candidates=corpus``, :mod:`multipos.corpus_candidates`).
+
+The index holds random unit vectors of the corpus's shape (timing does not depend on its values; encoding it is a
+one-off cost paid through the embedding cache, reported by training's log). The sides take turns on every batch
+(:func:`common.interleaved`), so machine load falls on all of them alike; results are ratios. Target: query-side
+≥ 20× cheaper per training query than two-tower on the 2-core CPU. Appends to ``bench/results/speed.jsonl``.
+
+    python bench/bench_query_side.py [--batch 32 --group 8 --rounds 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from common import append_result, bench_data, interleaved, machine_info, pick_device
+
+OUT = Path(__file__).resolve().parent / "results" / "speed.jsonl"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--chunk-size", type=int, default=65536)
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args()
+    os.environ.setdefault("MULTIPOS_CACHE", tempfile.mkdtemp(prefix="multipos-bench-"))
+    from multipos import native_bf16
+    from multipos.corpus_candidates import corpus_scores, corpus_targets
+    from multipos.encoding import autocast_context
+    from multipos.groups import Group, group_masks
+    from multipos.losses import compute
+    from multipos.model import DualEncoder
+
+    device, bf16 = pick_device(), native_bf16()
+    data = bench_data()
+    B, G = args.batch, args.group
+    ids = list(data.passages)
+    row = {p: i for i, p in enumerate(ids)}
+    rng = random.Random(0)
+
+    def make_batch(j):
+        groups = []
+        for qid, text, pos in data.queries[j * B: (j + 1) * B]:
+            others = [p for p in rng.sample(ids, G + 1) if p != pos][: G - 1]
+            groups.append(Group(qid, text, [pos, *others], 1, {pos}))
+        return groups
+
+    batches = [make_batch(j) for j in range(args.rounds + 1)]
+
+    def encoder(frozen: bool):
+        model = DualEncoder(data.model, attention_dropout=0.0, query_max_length=32, passage_max_length=128).to(device)
+        if frozen:
+            model.freeze_passage_encoder()
+        params = [p for p in model.parameters() if p.requires_grad]
+        return model, torch.optim.AdamW(params, lr=1e-5)
+
+    gen = torch.Generator().manual_seed(0)
+    index = torch.nn.functional.normalize(torch.randn(len(ids), 384, generator=gen), dim=-1).to(device)
+    tt, qg, qc = encoder(False), encoder(True), encoder(True)
+
+    def step(model, opt, loss_fn, groups):
+        opt.zero_grad()
+        with autocast_context(device, bf16):
+            q = model.encode_queries({k: v.to(device) for k, v in model.tokenize([g.query for g in groups], "query").items()})
+            loss = loss_fn(model, q, groups)
+        loss.backward()
+        opt.step()
+
+    def two_tower(model, q, groups):
+        tokens = model.tokenize([data.passages[p] for g in groups for p in g.passage_ids], "passage")
+        p = model.encode_passages({k: v.to(device) for k, v in tokens.items()})
+        pos, neg = group_masks(groups)
+        return compute("jointlh", model.score(q, p), pos.to(device), neg.to(device)).mean()
+
+    def group_lookup(model, q, groups):
+        rows = torch.tensor([row[p] for g in groups for p in g.passage_ids], device=device)
+        pos, neg = group_masks(groups)
+        return compute("jointlh", model.score(q, index[rows]), pos.to(device), neg.to(device)).mean()
+
+    def corpus(model, q, groups):
+        targets = corpus_targets([g.passage_ids[:1] for g in groups], [g.judged for g in groups], row).to(device)
+        scores, pos, neg = corpus_scores(q, index, model.temperature, targets, args.chunk_size)
+        return compute("jointlh", scores, pos, neg).mean()
+
+    sides = {"two_tower": lambda b: step(*tt, two_tower, b), "query_side_group": lambda b: step(*qg, group_lookup, b),
+             "query_side_corpus": lambda b: step(*qc, corpus, b)}
+    start = time.perf_counter()
+    t = interleaved(sides, batches, warmup=1, device=device)
+    res = {**machine_info(), "bench": "query_side", "device": str(device), "precision": "bf16 autocast" if bf16 else "fp32",
+           "model": Path(data.model).name, "data": "nfcorpus" if data.real else "random texts", "corpus_passages": len(ids),
+           "batch": B, "group": G, "query_len": 32, "passage_len": 128, "rounds": args.rounds, "objective": "jointlh",
+           "chunk_size": args.chunk_size, "targets": {"two_tower_vs_query_side_per_query": 20.0}}
+    res.update({f"s_per_training_query_{k}": round(v / B, 5) for k, v in t.items()})
+    res["two_tower_vs_query_side_group"] = round(t["two_tower"] / t["query_side_group"], 2)
+    res["two_tower_vs_query_side_corpus"] = round(t["two_tower"] / t["query_side_corpus"], 2)
+    res["wall_s"] = round(time.perf_counter() - start, 1)
+    append_result(args.out, res)
+
+
+if __name__ == "__main__":
+    main()
