@@ -249,3 +249,25 @@ def test_ddp_in_a_local_multirun_is_refused_unless_the_cluster_starts_the_proces
         check_launch(2)
     finally:
         HydraConfig.instance().cfg = None
+
+
+@pytest.mark.parametrize("candidates", ["group", "corpus"])
+def test_train_py_ddp_query_side_two_cpu_processes(tiny_beir, tiny_bert, tmp_path, candidates):
+    """Query-side fine-tuning under DDP: each rank holds the frozen index, one untied model comes out, E_d unchanged."""
+    from transformers import AutoModel
+
+    out = tmp_path / "run"
+    overrides = [o for o in tiny_overrides(tiny_beir, tiny_bert, out) if not o.startswith("paths.output_dir")]
+    cmd = [sys.executable, "train.py", f"hydra.run.dir={out}", "trainer=ddp", "trainer.accelerator=cpu",
+           "trainer.devices=2", "eval.references=false", "passages=frozen_index", f"passages.candidates={candidates}",
+           "loss=jointlh", *overrides]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-4000:]
+    assert "MEMBER: 2/2" in log
+    assert json.loads((out / "run_info.json").read_text())["status"] == "complete"
+    assert len(list(out.rglob("model.safetensors"))) == 2  # query_encoder/ and passage_encoder/
+    start = AutoModel.from_pretrained(tiny_bert).state_dict()
+    passage = AutoModel.from_pretrained(out / "model" / "passage_encoder").state_dict()
+    assert all(torch.equal(passage[k], start[k]) for k in start)
