@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-## The main job on the embedded default (conf/experiment/default.yaml): LSEPair, heterogeneous NFCorpus groups, all-MiniLM-L6-v2.
+## The main job on the embedded default (conf/experiment/default.yaml): query-side fine-tuning of all-MiniLM-L6-v2 on
+## NFCorpus (JointLH, every corpus passage a candidate). Two-tower: make train ARGS="experiment=two_tower".
 train: install
 	$(BIN)/python train.py experiment=default $(ARGS)
 
