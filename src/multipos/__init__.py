@@ -7,6 +7,8 @@ Modules, by concept:
 * data: ``readers`` (file formats), ``sources`` (training data, BM25 / teacher ordering), ``dense_negatives``
   (dense hard-negative mining and ANCE-style refresh), ``data`` (LightningDataModule), ``assets`` (data and
   checkpoint locations), ``bm25`` (lexical baseline);
+* query-side fine-tuning: ``passage_index`` (the frozen passage index, looked up by corpus row),
+  ``corpus_candidates`` (every corpus passage a candidate: exact objectives in chunks);
 * the model and its training: ``model`` (dual encoder), ``module`` (LightningModule), ``distributed``
   (cross-device negatives under DDP), ``grad_cache`` (GradCache), ``callbacks`` (retrieval validation),
   ``loggers`` (W&B that never blocks);
