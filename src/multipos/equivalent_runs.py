@@ -58,6 +58,8 @@ def _digest(plain: dict) -> str:
     plain.get("trainer", {}).pop("enable_progress_bar", None)
     if plain.get("init_from") is None:  # unset: the hash of runs from before the key existed
         plain.pop("init_from", None)
+    if (plain.get("wise_ft") or {}).get("alpha", 1.0) == 1.0:  # no interpolation: the hash of runs from before it
+        plain.pop("wise_ft", None)
     if not (plain.get("passages") or {}).get("frozen"):  # two-tower: the hash of runs from before query-side training
         plain.pop("passages", None)
     return hashlib.sha1(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]

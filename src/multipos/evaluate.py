@@ -13,6 +13,7 @@ from multipos.assets import cache_dir
 from multipos.evalsets import EvalSet
 from multipos.metrics import add_average
 from multipos.readers import read_run
+from multipos.weight_interpolation import interpolate_toward_start
 from multipos.eval_runner import eval_sets, evaluate_sets, references, score_set, write_results
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,7 @@ def evaluate(cfg: DictConfig) -> dict:
         if cfg.eval.get("average"):
             add_average(results, cfg.eval.average, [es.name for es in sets])
     else:
-        results = evaluate_sets(instantiate(cfg.model), sets, cfg, out, cache_dir())
+        results = evaluate_sets(load_model(cfg), sets, cfg, out, cache_dir())
     refs = {}
     if cfg.eval.references:
         zs = cfg.get("zero_shot_model")
@@ -45,6 +46,21 @@ def evaluate(cfg: DictConfig) -> dict:
     print("\n" + table + "\n")
     print(f"run directory: {out}")
     return results
+
+
+def load_model(cfg: DictConfig):
+    """``cfg.model`` instantiated, then interpolated toward ``wise_ft.start`` when ``wise_ft.alpha`` < 1
+    (:func:`multipos.weight_interpolation.interpolate_toward_start`). Raises ValueError when ``wise_ft.alpha`` < 1
+    without ``wise_ft.start`` (the starting checkpoint cannot be guessed from a fine-tuned folder)."""
+    model = instantiate(cfg.model)
+    wise = cfg.get("wise_ft") or {}
+    alpha = float(wise.get("alpha", 1.0))
+    if alpha != 1.0:
+        if not wise.get("start"):
+            raise ValueError(f"wise_ft.alpha={alpha} needs wise_ft.start=<the checkpoint {cfg.model.name_or_path} "
+                             "was fine-tuned from> (e.g. wise_ft.start=all-MiniLM-L6-v2)")
+        interpolate_toward_start(model, wise.start, alpha)
+    return model
 
 
 def score_run_file(path: str, sets: list[EvalSet], out=None) -> dict:

@@ -48,6 +48,7 @@ from multipos.loggers import log_config, log_final_metrics
 from multipos.losses import ContrastiveLoss
 from multipos.passage_index import check_settings as check_passages
 from multipos.passage_index import for_training as frozen_passage_index
+from multipos.weight_interpolation import interpolate_toward_start
 from multipos.stages import Stage, plan, schedule_spans
 
 log = logging.getLogger(__name__)
@@ -311,6 +312,8 @@ def train(cfg: DictConfig) -> dict | None:
                  record.get("positive_labels", 0))
     if not zero:
         return None
+    wise = cfg.get("wise_ft") or {}  # WiSE-FT toward the starting checkpoint; alpha 1 (default) changes nothing
+    interpolate_toward_start(model, wise.get("start") or cfg.model.name_or_path, wise.get("alpha", 1.0))
     model.save_pretrained(out / "model")
 
     results = evaluate_sets(model, ([val_set] if val_set else []) + test_sets, cfg, out, cache_dir())

@@ -130,6 +130,32 @@ def test_render_ratio_plot(tmp_path):
     assert md.endswith("Provenance: 6 runs (6 rows) in sweep `figure_ratio_ablation-cpu`; seed 42.\n")  # no run_info
 
 
+def test_render_interpolation_plot(tmp_path):
+    from multipos.report.plots import sweep_points
+
+    root = tmp_path / "query_side_wise_ft-cpu"
+    plot = "{kind: interpolation, key: wise_ft.alpha, eval_sets: [nfcorpus_test], metrics: [ndcg@10]}"
+    for alpha in (0.0, 0.5, 1.0):
+        for seed in (1, 2):
+            v = [0.3 + 0.04 * alpha + 0.01 * seed, 0.3]
+            make_run(root, f"wise_ft.alpha={alpha},seed={seed}", "jointlh", {SET: {"ndcg@10": qmap(v), "mrr@10": qmap(v)}}, seed=seed,
+                     extra_config=report_yaml(name="query_side_wise_ft", row_key="wise_ft.alpha", plot=plot)
+                     + f"wise_ft:\n  alpha: {alpha}\n", overrides=[f"wise_ft.alpha={alpha}", f"seed={seed}"])
+    md = render_sweep(root, tmp_path / "out")
+    assert (tmp_path / "out" / "query_side_wise_ft.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| alpha=0.5 |" in md and "| alpha=1.0 |" in md
+    runs = collect(sorted(d for d in root.iterdir()))
+    points = sweep_points(runs, "wise_ft.alpha", [SET], "ndcg@10")[SET]
+    assert [p[0] for p in points] == [0.0, 0.5, 1.0] and all(p[3] == 2 for p in points)
+    assert points[1][1] == pytest.approx((0.32 + 0.01 * 1.5 + 0.3) / 2)  # mean over seeds of the per-query means
+    assert points[1][2] == pytest.approx(0.005 / 2 ** 0.5)  # sample sd of the two seeds
+    bad = report_yaml(name="query_side_wise_ft", plot="{kind: interpolation, eval_sets: [nfcorpus_test]}")
+    (root / "wise_ft.alpha=0.0,seed=1" / ".hydra" / "config.yaml").write_text(
+        CONFIG.format(data="d", G=8, M=4, objective="jointlh", seed=1) + bad)
+    with pytest.raises(ValueError, match="kind: interpolation, key: CONFIG.KEY"):
+        render_sweep(root, tmp_path / "out2")
+
+
 def test_render_trials(tmp_path):
     root = tmp_path / "nfcorpus_recipe_search-cpu"
     spec = """\

@@ -121,6 +121,62 @@ def ratio_ablation_figure(runs: Sequence[RunResult], eval_set: str, metrics: Seq
     return fig
 
 
+def sweep_points(runs: Sequence[RunResult], key: str, eval_sets: Sequence[str], metric: str
+                 ) -> dict[str, list[tuple[float, float, float, int]]]:
+    """The data of :func:`sweep_figure`: ``{eval_set: [(x, mean, sd, n_runs), …]}``, x ascending.
+
+    ``x`` is the run's config value ``key`` (a dotted key, e.g. ``wise_ft.alpha``) as a float; runs sharing
+    one x (seeds) give the mean and the sample standard deviation (0 for one run) of
+    ``metrics.json[eval_set][metric]``. Raises ValueError (naming the run's file) when there are no runs, a
+    run lacks ``key`` or it is not a number, or lacks an eval set or the metric.
+    """
+    if not runs:
+        raise ValueError("no runs to plot")
+    values: dict[str, dict[float, list[float]]] = {s: {} for s in eval_sets}
+    for run in runs:
+        x = run.get(key)
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
+            raise ValueError(f"{run.path / '.hydra' / 'config.yaml'}: {key} is {x!r}, not a number (the x axis)")
+        for s in eval_sets:
+            if s not in run.metrics:
+                raise ValueError(f"{run.path / 'metrics.json'}: no eval set {s!r} (has: {', '.join(run.metrics)})")
+            values[s].setdefault(float(x), []).append(run.value(s, metric))
+    out = {}
+    for s, by_x in values.items():
+        out[s] = []
+        for x in sorted(by_x):
+            ys = by_x[x]
+            mean = sum(ys) / len(ys)
+            sd = math.sqrt(sum((y - mean) ** 2 for y in ys) / (len(ys) - 1)) if len(ys) > 1 else 0.0
+            out[s].append((x, mean, sd, len(ys)))
+    return out
+
+
+def sweep_figure(runs: Sequence[RunResult], key: str, eval_sets: Sequence[str], metrics: Sequence[str] = ("ndcg@10",)):
+    """One numeric setting against several eval sets: one subplot per eval set (each its own y scale, since
+    in-domain and out-of-domain scores differ in level), x = ``key``, y = mean metric over seeds with ± sd
+    bars (:func:`sweep_points`; the first metric). Used for the WiSE-FT curve (``report.plot.kind:
+    interpolation``). Returns a :class:`matplotlib.figure.Figure` (Agg canvas)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    metric = list(metrics)[0]
+    points = sweep_points(runs, key, eval_sets, metric)
+    fig = Figure(figsize=(3.4 * len(points) + 0.4, 3.0), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(points), squeeze=False)[0]
+    for i, (ax, (s, pts)) in enumerate(zip(axes, points.items())):
+        ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", capsize=3,
+                    color=f"C{i}")
+        ax.set_title(s)
+        ax.set_xlabel(key)
+        ax.set_xticks([p[0] for p in pts])
+        ax.grid(True, alpha=0.3)
+        if i == 0:
+            ax.set_ylabel(f"{metric_label(metric)} (mean ± sd over seeds)")
+    return fig
+
+
 def _wandb_image(fig):
     """The figure as a ``wandb.Image`` (an indirection so tests can stub it).
 

@@ -9,7 +9,8 @@ puts into every run's composed config::
       kind: table                  # table (default) | trials (one row per run, e.g. a recipe search)
       row_key: objective           # as render_table's row_key, e.g. "objective,G,M"
       columns: [nfcorpus_test:ndcg@10, trec_dl19:ndcg@10]   # SET:METRIC
-      plot: null                   # or {kind: ratio_ablation, eval_set: nfcorpus_test, metrics: [ndcg@10]}
+      plot: null                   # or {kind: ratio_ablation, eval_set: nfcorpus_test, metrics: [ndcg@10]}, or
+                                   # {kind: interpolation, key: wise_ft.alpha, eval_sets: [...], metrics: [ndcg@10]}
       notes: ""                    # free text under the table
 
 Only complete runs (with ``metrics.json``) are tabulated; incomplete run directories are named in a
@@ -31,14 +32,14 @@ from typing import Mapping, Sequence
 from tqdm.auto import tqdm
 
 from multipos import atomic
-from multipos.report.plots import PLOT_METRICS, ratio_ablation_figure
+from multipos.report.plots import PLOT_METRICS, ratio_ablation_figure, sweep_figure
 from multipos.report.runs import RunResult, config_node, load_run, override_map, read_json
 from multipos.report.seeds import config_difference, group_seeds, sort_seeds
 from multipos.report.significance import DEFAULT_BASELINES
 from multipos.report.tables import PER_RUN_KEYS, metric_label, parse_column, render_grid, render_table, row_label
 
 KINDS = ("table", "trials")
-PLOT_KINDS = ("ratio_ablation",)
+PLOT_KINDS = ("ratio_ablation", "interpolation")
 
 
 def find_run_dirs(sweep_dir: str | Path) -> tuple[list[Path], list[Path]]:
@@ -78,9 +79,10 @@ def read_spec(dirs: Sequence[Path]) -> dict:
         raise ValueError(f"{cfg}: unknown report.kind {spec['kind']!r} (choose from {', '.join(KINDS)})")
     plot = spec["plot"]
     if plot is not None and (not isinstance(plot, Mapping) or plot.get("kind") not in PLOT_KINDS
-                             or not plot.get("eval_set")):
-        raise ValueError(f"{cfg}: report.plot must be null or {{kind: ratio_ablation, eval_set: SET, "
-                         f"metrics: [...]}}, got {plot!r}")
+                             or (plot["kind"] == "ratio_ablation" and not plot.get("eval_set"))
+                             or (plot["kind"] == "interpolation" and not (plot.get("key") and plot.get("eval_sets")))):
+        raise ValueError(f"{cfg}: report.plot must be null, {{kind: ratio_ablation, eval_set: SET, metrics: [...]}} "
+                         f"or {{kind: interpolation, key: CONFIG.KEY, eval_sets: [...], metrics: [...]}}, got {plot!r}")
     return spec
 
 
@@ -212,7 +214,11 @@ def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results",
     if spec["plot"] is not None:
         plot = spec["plot"]
         metrics = plot.get("metrics") or PLOT_METRICS
-        fig = ratio_ablation_figure(runs, plot["eval_set"], [metrics] if isinstance(metrics, str) else list(metrics))
+        metrics = [metrics] if isinstance(metrics, str) else list(metrics)
+        if plot["kind"] == "interpolation":
+            fig = sweep_figure(runs, str(plot["key"]), list(plot["eval_sets"]), metrics)
+        else:
+            fig = ratio_ablation_figure(runs, plot["eval_set"], metrics)
         with atomic.writer(out / f"{stem}.png", "wb") as f:
             fig.savefig(f, format="png", dpi=120)
         md += f"\n\n![{spec['title'] or stem}]({stem}.png)"
