@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from csv import DictReader
 from pathlib import Path
 
 import lightning as L
@@ -21,14 +22,16 @@ import torch
 from tests.helpers import REPO, compose_cfg, tiny_overrides
 
 
-def _overrides(run_dir: Path, epochs: int = 2) -> list[str]:
-    """A small real-data slice: 12 NFCorpus training queries, all-MiniLM-L6-v2, short passages, fp32."""
+def _overrides(run_dir: Path, epochs: int = 2, step_checkpoints: bool = True) -> list[str]:
+    """A small real-data slice: 12 NFCorpus training queries, all-MiniLM-L6-v2, short passages, fp32; with
+    ``step_checkpoints`` a checkpoint every 2 steps, else the default callbacks (epoch-end checkpoints only)."""
     dev = ("{_target_: multipos.evalsets.EvalSet, name: nfcorpus_dev, path: nfcorpus, split: dev, "
            "metrics: [ndcg@10, recall@100], max_queries: 4, max_passages: 60}")
     return [f"hydra.run.dir={run_dir}", "data=nfcorpus_homo", "loss=rand1lh", "data.source.max_queries=12",
             "data.source.ordering=given", "data.source.negative_depth=20", "data.batch_size=2", "data.group_size=3",
             "data.max_positives=2", "model.passage_max_length=32", "trainer=cpu_fp32", f"trainer.max_epochs={epochs}",
-            "trainer.enable_progress_bar=false", "callbacks.model_checkpoint.every_n_train_steps=2",
+            "trainer.enable_progress_bar=false",
+            *(["callbacks.model_checkpoint.every_n_train_steps=2"] if step_checkpoints else []),
             "eval=nfcorpus_dev", "eval.references=false", "eval.k=20", "eval.passage_max_length=32", "eval.bf16=false",
             "eval.test_sets.nfcorpus_dev.max_queries=4", "eval.test_sets.nfcorpus_dev.max_passages=60",
             f"eval.validation={dev}"]
@@ -41,9 +44,29 @@ def _env(cache: Path) -> dict:
     return env
 
 
-def _train(run_dir: Path, cache: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "train.py", *_overrides(run_dir)], cwd=REPO, env=_env(cache),
+def _train(run_dir: Path, cache: Path, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "train.py", *_overrides(run_dir, **kw)], cwd=REPO, env=_env(cache),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> tuple[Path, Path]:
+    """(run dir, cache) of the real-data slice trained without interruption (default callbacks, 2 epochs)."""
+
+    root = tmp_path_factory.mktemp("uninterrupted")
+    cache, full = root / "cache", root / "full"
+    p = _train(full, cache, step_checkpoints=False)
+    log = p.communicate(timeout=900)[0]
+    assert p.returncode == 0, log[-3000:]
+    return full, cache
+
+
+def _kill_when(p: subprocess.Popen, ready) -> None:
+    deadline = time.time() + 600
+    while not ready() and p.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
 
 
 def _sha(path: Path) -> str:
@@ -51,20 +74,12 @@ def _sha(path: Path) -> str:
 
 
 @pytest.mark.assets
-def test_sigkill_mid_epoch_then_resume_equals_uninterrupted(assets, tmp_path):
-    cache = tmp_path / "cache"
-    full, broken = tmp_path / "full", tmp_path / "broken"
-    p = _train(full, cache)
-    log = p.communicate(timeout=900)[0]
-    assert p.returncode == 0, log[-3000:]
-
+def test_sigkill_mid_epoch_then_resume_equals_uninterrupted(assets, uninterrupted, tmp_path):
+    full, cache = uninterrupted
+    broken = tmp_path / "broken"
     p = _train(broken, cache)
     ckpt = broken / "checkpoints" / "stage1" / "last.ckpt"
-    deadline = time.time() + 600
-    while not ckpt.is_file() and p.poll() is None and time.time() < deadline:
-        time.sleep(0.02)
-    os.kill(p.pid, signal.SIGKILL)
-    p.wait()
+    _kill_when(p, ckpt.is_file)
     assert not (broken / "metrics.json").exists()
     step = torch.load(ckpt, map_location="cpu", weights_only=True)["global_step"]
     total = torch.load(full / "checkpoints" / "stage1" / "last.ckpt", map_location="cpu", weights_only=True)["global_step"]
@@ -82,6 +97,36 @@ def test_sigkill_mid_epoch_then_resume_equals_uninterrupted(assets, tmp_path):
     p = _train(broken, cache)  # a third time: finished, skipped
     log = p.communicate(timeout=900)[0]
     assert p.returncode == 0 and "skipped" in log
+
+
+@pytest.mark.assets
+def test_default_settings_killed_after_the_first_epoch_resume_from_its_checkpoint(assets, uninterrupted, tmp_path):
+    """The default callbacks (no step checkpoints): killed once epoch 1's checkpoint is on disk, the identical
+    command continues from it — no step up to it is trained twice — and ends where an uninterrupted run ends."""
+    full, cache = uninterrupted
+    broken, stage = tmp_path / "broken", tmp_path / "broken" / "checkpoints" / "stage1"
+    p = _train(broken, cache, step_checkpoints=False)
+    _kill_when(p, lambda: any(stage.glob("resume-epoch=0-*.ckpt")))
+    assert not (broken / "metrics.json").exists()
+    (first,) = stage.glob("resume-epoch=0-*.ckpt")
+    step = torch.load(first, map_location="cpu", weights_only=True)["global_step"]
+    csv = broken / "csv" / "metrics.csv"
+
+    p = _train(broken, cache, step_checkpoints=False)
+    log = p.communicate(timeout=900)[0]
+    assert p.returncode == 0, log[-3000:]
+    assert re.search(rf"stage 1: resuming from \S*resume-epoch=0-step={step}\.ckpt", log), log[-3000:]
+    assert json.loads((broken / "metrics.json").read_text()) == json.loads((full / "metrics.json").read_text())
+    assert _sha(broken / "model" / "model.safetensors") == _sha(full / "model" / "model.safetensors")
+    info = json.loads((broken / "run_info.json").read_text())
+    assert info["status"] == "complete" and info["resumed"] and info["resumed_from"] == [str(first)]
+    assert info["stage_records"][0]["resumed_from"] == str(first)
+    with csv.open() as f:
+        logged = [int(r["step"]) for r in DictReader(f) if r.get("train/loss")]
+    before = [s for s in logged if s < step]
+    assert sorted(before) == list(range(step))  # every step up to the checkpoint trained (and logged) once
+    assert max(logged) == torch.load(full / "checkpoints" / "stage1" / "last.ckpt", map_location="cpu",
+                                     weights_only=True)["global_step"] - 1
 
 
 def test_another_configuration_in_the_same_run_dir_is_refused(tiny_beir, tiny_bert, tmp_path):

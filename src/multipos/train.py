@@ -5,11 +5,13 @@ experiment=<study>`` (Hydra entry point at the repository root) calls :func:`tra
 directory (files listed in :mod:`multipos.eval_runner`), plus:
 
 * ``model/`` — the kept weights in HF and sentence-transformers format;
-* ``checkpoints/stage<i>/`` — Lightning checkpoints per stage (``last.ckpt`` every
-  ``callbacks.model_checkpoint.every_n_train_steps`` steps and each epoch, the best dev one) and
-  ``kept.json`` once the stage is finished;
+* ``checkpoints/stage<i>/`` — Lightning checkpoints per stage (the newest state ``resume-epoch=E-step=S.ckpt``
+  at each epoch end and every ``callbacks.model_checkpoint.every_n_train_steps`` steps, ``last.ckpt`` a link to
+  it; the best dev one) and ``kept.json`` once the stage is finished;
 * ``run_info.json`` — status (``running`` | ``complete``), config hash and equivalence key, stages, training
-  queries and positive labels per stage, wall time (summed over resumes), device;
+  queries and positive labels per stage, wall time (summed over resumes), device, ``resumed`` and
+  ``resumed_from`` (the checkpoints an interrupted stage continued from, the ``kept.json`` of stages finished
+  before; per stage also in ``stage_records``);
 * ``csv/`` — Lightning logs (one version per stage in multi-stage runs).
 
 ``init_from=<model folder>`` starts from trained weights instead of ``model.name_or_path`` (the zero-shot row
@@ -17,7 +19,7 @@ keeps the latter); with ``trainer.max_epochs=0`` the run trains nothing and only
 
 Re-running the identical command into the same run directory (``hydra.run.dir``, or a study's fixed sweep
 folder) resumes: a finished run is skipped, finished stages are not re-trained, and an interrupted stage
-continues from its last checkpoint — optimizer, schedule, RNG and data order included. With
+continues from its newest checkpoint (:func:`newest_checkpoint`) — optimizer, schedule, RNG and data order included. With
 ``reuse_equivalent=true`` (set by every study) a run whose model and evaluation a finished run elsewhere already
 computed copies that run's results instead of training (:mod:`multipos.equivalent_runs`).
 """
@@ -28,6 +30,7 @@ import json
 import logging
 import platform
 import random
+import re
 import shutil
 import time
 from pathlib import Path
@@ -79,8 +82,9 @@ def build_callbacks(cfg: DictConfig, stage_dir: Path, val_set) -> tuple[list, ob
     """The stage's callbacks from ``cfg.callbacks`` → (callbacks, the best-checkpoint callback or None).
 
     ``retrieval_validation`` (dev retrieval each epoch, when a validation set is configured) and
-    ``model_checkpoint`` (best dev checkpoint) come from the config; a second ModelCheckpoint keeps
-    ``last.ckpt`` every ``every_n_train_steps`` steps and at each epoch end, for resuming. Every other entry
+    ``model_checkpoint`` (best dev checkpoint) come from the config; a second ModelCheckpoint keeps the newest
+    state (``resume-epoch=E-step=S.ckpt``, with ``last.ckpt`` a link to it) at each epoch end and every
+    ``every_n_train_steps`` steps, for resuming (:func:`newest_checkpoint`). Every other entry
     with a ``_target_`` (e.g. ``gradient_diagnostics``, ``callbacks=diagnostics``) is instantiated as is.
     """
     cbs = cfg.get("callbacks") or {}
@@ -94,8 +98,10 @@ def build_callbacks(cfg: DictConfig, stage_dir: Path, val_set) -> tuple[list, ob
             best = checkpoint(dirpath=str(stage_dir), monitor=f"val/{cbs.retrieval_validation.metric}", save_last=False,
                               every_n_train_steps=None)
             callbacks.append(best)
-        callbacks.append(checkpoint(dirpath=str(stage_dir), monitor=None, save_top_k=0, save_last=True,
-                                    save_on_train_epoch_end=True))
+        # the newest state for resuming: Lightning >= 2.6 writes last.ckpt only in a step where this callback saved a
+        # checkpoint itself, so it keeps its newest one (save_top_k=1, no monitor) and links last.ckpt to it
+        callbacks.append(checkpoint(dirpath=str(stage_dir), filename=RESUME_FILENAME, monitor=None, save_top_k=1,
+                                    save_last="link", save_on_train_epoch_end=True))
     for key, node in cbs.items():
         if key not in ("retrieval_validation", "model_checkpoint") and isinstance(node, DictConfig) and "_target_" in node:
             callbacks.append(instantiate(node))
@@ -180,6 +186,32 @@ class _RNGState(L.Callback):
             np.random.set_state((kind, key.numpy().astype(np.uint32), pos, has_gauss, gauss))
 
 
+#: File name of the resume checkpoints (Lightning ModelCheckpoint pattern): one kept per stage, the newest.
+RESUME_FILENAME = "resume-{epoch}-{step}"
+_STEP = re.compile(r"(?:^|-)step=(\d+)(?:-v\d+)?\.ckpt$")
+
+
+def newest_checkpoint(stage_dir: Path) -> Path | None:
+    """The checkpoint of ``stage_dir`` with the highest training step → the one a killed stage resumes from.
+
+    Every ``*.ckpt`` file whose name carries ``step=S`` counts (the resume checkpoint, step checkpoints and the
+    best-dev checkpoint all hold the full training state); ``last.ckpt`` is a link to one of them and is read
+    only when no file names a step (runs from before the resume checkpoints). At equal steps a resume checkpoint
+    wins. None when the folder holds no checkpoint.
+    """
+    if not stage_dir.is_dir():
+        return None
+    found = []
+    for f in stage_dir.glob("*.ckpt"):
+        m = _STEP.search(f.name)
+        if m and f.is_file() and not f.is_symlink():
+            found.append((int(m.group(1)), f.name.startswith("resume-"), f))
+    if found:
+        return max(found, key=lambda x: (x[0], x[1]))[2]
+    last = stage_dir / "last.ckpt"
+    return last if last.is_file() else None
+
+
 def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, model, datamodule, val_set,
               span: tuple[int, int], optimizer_state: dict | None, index=None) -> tuple[dict | None, dict]:
     """Train (or resume, or skip when finished) stage ``i`` → (optimizer state after it, stage record).
@@ -193,7 +225,8 @@ def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, m
         state = atomic.load_checkpoint(kept["checkpoint"]) if kept.get("checkpoint") else None
         if state is not None:
             model.load_state_dict({k[len("model."):]: v for k, v in state["state_dict"].items() if k.startswith("model.")})
-        return (state["optimizer_states"][0] if state and state.get("optimizer_states") else None), kept["record"]
+        record = {**kept["record"], "resumed_from": str(kept_file)}  # finished before this process: nothing trained
+        return (state["optimizer_states"][0] if state and state.get("optimizer_states") else None), record
     datamodule.set_stage(stage.regime, stage.single_positive)
     datamodule.setup()
     log.info("stage %d/%d %s: regime=%s objective=%s single_positive=%s epochs=%d optimizer=%s lr_schedule=%s "
@@ -211,7 +244,8 @@ def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, m
     trainer = build_trainer(cfg, out, stage.epochs, [*callbacks, _RNGState()],
                             stage=f"stage{i + 1}" if n_stages > 1 else None, **manual)
     last = stage_dir / "last.ckpt"
-    resume_from = str(last) if last.is_file() else None
+    newest = newest_checkpoint(stage_dir)
+    resume_from = str(newest) if newest else None
     if resume_from:
         log.info("stage %d: resuming from %s", i + 1, resume_from)
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
@@ -224,7 +258,7 @@ def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, m
         opt_state = state["optimizer_states"][0] if state.get("optimizer_states") else opt_state
         log.info("stage %d: kept %s (%s=%s)", i + 1, kept_path, best.monitor if best else "last",
                  best.best_model_score if best else "-")
-    record = {**stage.describe(), **datamodule.stats, "kept": kept_path,
+    record = {**stage.describe(), **datamodule.stats, "kept": kept_path, "resumed_from": resume_from,
               "best_dev": float(best.best_model_score) if best is not None and best.best_model_score is not None else None}
     if is_rank_zero():
         atomic.write_json(kept_file, {"checkpoint": kept_path, "record": record})
@@ -317,7 +351,9 @@ def train(cfg: DictConfig) -> dict | None:
     model.save_pretrained(out / "model")
 
     results = evaluate_sets(model, ([val_set] if val_set else []) + test_sets, cfg, out, cache_dir())
-    info.update(status="complete", stage_records=records, wall_s=round(info["wall_s"] + time.time() - start, 1))
+    resumed_from = [r["resumed_from"] for r in records if r.get("resumed_from")]
+    info.update(status="complete", stage_records=records, wall_s=round(info["wall_s"] + time.time() - start, 1),
+                resumed=bool(resumed_from), resumed_from=resumed_from)
     text = write_results(out, results, refs, extra_lines=[f"wall time {info['wall_s']:.0f} s on {info['device']}"])
     atomic.write_json(out / "run_info.json", info)
     register(key, out)
