@@ -47,6 +47,8 @@ def test_only_the_query_encoder_trains_and_the_corpus_is_encoded_once(tiny_beir,
     assert any(not torch.equal(query[k], start[k]) for k in start)
     info = json.loads((out / "run_info.json").read_text())
     assert info["status"] == "complete"
+    for row in ("zero-shot", "bm25"):  # per-query floor rows, for the paired test of the main job's summary
+        assert set(json.loads((out / "references" / row / "per_query.tiny_test.json").read_text())) >= {"ndcg@10"}
 
 
 def test_the_saved_model_loads_with_its_settings_in_multipos_and_sentence_transformers(tiny_beir, tiny_bert, tmp_path):

@@ -49,7 +49,7 @@ IGNORED_BY_SINGLE_POSITIVE = ("max_positives", "positive_selection")
 
 #: Files of a finished run directory copied by :func:`adopt` (glob patterns), besides ``model/`` and the files of
 #: :func:`multipos.eval_runner.write_results` (written there from the source's metrics and references).
-RESULT_FILES = ("per_query.*.json", "run.*.trec")
+RESULT_FILES = ("per_query.*.json", "run.*.trec", "references/*/per_query.*.json", "references/*/run.*.trec")
 
 
 def _digest(plain: dict) -> str:
@@ -161,9 +161,11 @@ def adopt(source: Path, run_dir: Path, info: dict) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     for pattern in RESULT_FILES:
         for file in sorted(source.glob(pattern)):
-            tmp = atomic.temp_path(run_dir / file.name)
+            target = run_dir / file.relative_to(source)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = atomic.temp_path(target)
             shutil.copyfile(file, tmp)
-            os.replace(tmp, run_dir / file.name)
+            os.replace(tmp, target)
     with atomic.replace_dir(run_dir / "model") as tmp:
         shutil.copytree(source / "model", tmp, dirs_exist_ok=True)
     src_info = read_run_info(source)

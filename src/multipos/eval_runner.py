@@ -72,20 +72,24 @@ def evaluate_sets(model, sets: list[EvalSet], cfg: DictConfig, out: Path | None,
     return add_average(results, cfg.eval.average, [es.name for es in sets]) if cfg.eval.get("average") else results
 
 
-def references(cfg: DictConfig, sets: list[EvalSet], zero_shot: bool = True, zero_shot_model: str | None = None) -> dict:
+def references(cfg: DictConfig, sets: list[EvalSet], zero_shot: bool = True, zero_shot_model: str | None = None,
+               out: Path | None = None) -> dict:
     """Floor rows on ``sets``: ``bm25`` and, with ``zero_shot``, ``zero-shot`` = ``cfg.model`` as configured
     (``zero_shot_model`` replaces its ``name_or_path``, e.g. the starting checkpoint of a fine-tuned model).
-    Embeddings are cached across runs. Returns {row: {result name: {metric: value}}}."""
+    Embeddings are cached across runs. With ``out``, each row's runs and per-query values go to
+    ``out/<row>/`` (:func:`score_set`: ``per_query.<result>.json``, for paired tests against the floor rows).
+    Returns {row: {result name: {metric: value}}}."""
     refs = {"bm25": {}}
     for es in sets:
         data = es.load()
-        for name, (means, _) in es.score(es.clean(bm25_run(data, cfg.eval.k)), data).items():
-            refs["bm25"][name] = means
+        refs["bm25"].update(score_set(es, es.clean(bm25_run(data, cfg.eval.k)), data,
+                                      out / "bm25" if out is not None else None, tag="bm25"))
     if cfg.eval.get("average"):
         add_average(refs["bm25"], cfg.eval.average, [es.name for es in sets])
     if zero_shot:
         extra = {"name_or_path": zero_shot_model} if zero_shot_model else {}
-        refs["zero-shot"] = evaluate_sets(instantiate(cfg.model, **extra), sets, cfg, None, cache_dir())
+        refs["zero-shot"] = evaluate_sets(instantiate(cfg.model, **extra), sets, cfg,
+                                          out / "zero-shot" if out is not None else None, cache_dir())
     return refs
 
 

@@ -332,7 +332,8 @@ def train(cfg: DictConfig) -> dict | None:
     refs = {}
     if cfg.eval.references and zero:
         ref_file = out / "references.json"
-        refs = json.loads(ref_file.read_text()) if ref_file.is_file() else references(cfg, ([val_set] if val_set else []) + test_sets)
+        refs = json.loads(ref_file.read_text()) if ref_file.is_file() else references(
+            cfg, ([val_set] if val_set else []) + test_sets, out=out / "references")  # per-query values for tests
         atomic.write_json(ref_file, refs)
 
     opt_state, records = None, []

@@ -1,0 +1,90 @@
+"""The main job's closing summary: each test set's score over seeds next to BM25 and the zero-shot start.
+
+``make train`` trains three seeds of ``experiment=default`` and ends with::
+
+    python -m multipos.report.summary multirun/default-cpu [--metric ndcg@10]
+
+which prints one line per test set (dev sets left out): mean ± sample sd over the seeds, each seed's value, the
+zero-shot and BM25 references (``references.json``), the difference to zero-shot and a two-sided paired t-test
+over queries of the per-query values averaged over seeds against the zero-shot ones (:func:`paired_ttest`;
+``references/zero-shot/per_query.<set>.json`` written by training). Nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Sequence
+
+from multipos.report.render import find_run_dirs
+from multipos.report.runs import load_run
+from multipos.report.significance import paired_ttest
+
+
+def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
+    mean = sum(values) / len(values)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
+    return mean, sd
+
+
+def summary_rows(sweep_dir: str | Path, metric: str = "ndcg@10") -> list[dict]:
+    """One dict per test set of the complete runs in ``sweep_dir`` (seeds of one configuration):
+    ``set, n_seeds, seeds ({seed: value}), mean, sd, zero_shot, bm25, p`` (``p``: paired t-test of the per-query
+    seed means vs zero-shot; None where a run lacks the zero-shot per-query file). Sets whose name contains
+    ``dev`` and qrels views (``set.view``) are left out.
+
+    Raises FileNotFoundError when the sweep holds no complete run; ValueError when the runs disagree on their
+    sets or queries (:func:`paired_ttest` names the difference).
+    """
+    complete, _ = find_run_dirs(Path(sweep_dir))
+    if not complete:
+        raise FileNotFoundError(f"{sweep_dir}: no complete run (metrics.json) to summarise")
+    runs = [load_run(d, require_per_query=False) for d in complete]
+    sets = [s for s in runs[0].metrics if "dev" not in s and "." not in s and metric in runs[0].metrics[s]]
+    rows = []
+    for s in sets:
+        values = {run.get("seed"): run.value(s, metric) for run in runs}
+        mean, sd = _mean_sd(list(values.values()))
+        refs = runs[0].references
+        row = {"set": s, "n_seeds": len(runs), "seeds": values, "mean": mean, "sd": sd,
+               "zero_shot": (refs.get("zero-shot") or {}).get(s, {}).get(metric),
+               "bm25": (refs.get("bm25") or {}).get(s, {}).get(metric), "p": None}
+        zs_file = runs[0].path / "references" / "zero-shot" / f"per_query.{s}.json"
+        if zs_file.is_file() and all(s in run.per_query and metric in run.per_query[s] for run in runs):
+            zero_shot = json.loads(zs_file.read_text())[metric]
+            per_run = [run.query_values(s, metric) for run in runs]
+            means = {q: sum(pq[q] for pq in per_run) / len(per_run) for q in per_run[0]}
+            row["p"] = paired_ttest(means, zero_shot)[1]
+        rows.append(row)
+    return rows
+
+
+def format_summary(rows: Sequence[dict], metric: str = "ndcg@10") -> str:
+    """The lines :func:`main` prints (one per test set)."""
+    lines = [f"{metric}, mean ± sd over seeds (paired t-test of the seed-mean per-query values vs zero-shot):"]
+    for r in rows:
+        seeds = ", ".join(f"{k}: {v:.4f}" for k, v in r["seeds"].items())
+        ref = ""
+        if r["zero_shot"] is not None:
+            ref += f" | zero-shot {r['zero_shot']:.4f} ({r['mean'] - r['zero_shot']:+.4f}"
+            ref += f", p = {r['p']:.1e})" if r["p"] is not None else ", p n/a: no zero-shot per-query file)"
+        if r["bm25"] is not None:
+            ref += f" | BM25 {r['bm25']:.4f}"
+        lines.append(f"  {r['set']:<16} {r['mean']:.4f} ± {r['sd']:.4f} over {r['n_seeds']} seeds ({seeds}){ref}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> str:
+    ap = argparse.ArgumentParser(prog="python -m multipos.report.summary", description=__doc__.split("\n")[0])
+    ap.add_argument("sweep_dir")
+    ap.add_argument("--metric", default="ndcg@10")
+    args = ap.parse_args(argv)
+    text = format_summary(summary_rows(args.sweep_dir, args.metric), args.metric)
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    main()

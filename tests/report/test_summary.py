@@ -1,0 +1,53 @@
+"""Tests for multipos.report.summary: the main job's closing lines (hand-built run dirs, no training)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from scipy.stats import ttest_rel
+
+from multipos.report.summary import format_summary, main, summary_rows
+from tests.report.fakes import SET, make_run, qmap
+
+
+def _sweep(tmp_path, zero_shot_files=True):
+    root = tmp_path / "default-cpu"
+    rng = np.random.default_rng(0)
+    zero = rng.uniform(0.2, 0.5, 30)
+    seeds = {42: zero + 0.03 + rng.normal(0, 0.02, 30), 43: zero + 0.02 + rng.normal(0, 0.02, 30)}
+    refs = {"bm25": {SET: {"ndcg@10": 0.31}}, "zero-shot": {SET: {"ndcg@10": float(zero.mean())}}}
+    for seed, values in seeds.items():
+        d = make_run(root, f"seed={seed}", "jointlh",
+                     {SET: {"ndcg@10": qmap(values)}, "nfcorpus_dev": {"ndcg@10": qmap(values)}},
+                     refs=refs, seed=seed)
+        if zero_shot_files:
+            (d / "references" / "zero-shot").mkdir(parents=True)
+            (d / "references" / "zero-shot" / f"per_query.{SET}.json").write_text(json.dumps({"ndcg@10": qmap(zero)}))
+    return root, seeds, zero
+
+
+def test_rows_give_the_seed_spread_the_references_and_the_paired_test(tmp_path):
+    root, seeds, zero = _sweep(tmp_path)
+    (row,) = summary_rows(root)  # the dev set is left out
+    assert row["set"] == SET and row["n_seeds"] == 2
+    assert row["seeds"] == {42: pytest.approx(seeds[42].mean()), 43: pytest.approx(seeds[43].mean())}
+    assert row["mean"] == pytest.approx((seeds[42].mean() + seeds[43].mean()) / 2)
+    assert row["sd"] == pytest.approx(np.std([seeds[42].mean(), seeds[43].mean()], ddof=1))
+    assert row["zero_shot"] == pytest.approx(zero.mean()) and row["bm25"] == 0.31
+    assert row["p"] == pytest.approx(ttest_rel((seeds[42] + seeds[43]) / 2, zero).pvalue)
+    text = main([str(root)])
+    assert f"{SET}" in text and f"p = {row['p']:.1e}" in text and "BM25 0.3100" in text
+
+
+def test_without_zero_shot_per_query_files_the_p_value_is_reported_missing(tmp_path):
+    root, _, _ = _sweep(tmp_path, zero_shot_files=False)
+    rows = summary_rows(root)
+    assert rows[0]["p"] is None
+    assert "p n/a: no zero-shot per-query file" in format_summary(rows)
+
+
+def test_an_empty_sweep_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no complete run"):
+        summary_rows(tmp_path)
