@@ -17,8 +17,8 @@ Modules, by concept:
   (evaluation sets), ``metrics`` (ranx metrics), ``qa`` (DPR answer-match accuracy);
 * jobs and outputs: ``train`` / ``evaluate`` (the jobs behind ``train.py`` / ``evaluate.py``), ``eval_runner``
   (evaluation shared by both jobs), ``equivalent_runs`` (config hash, equivalence key, reusing a finished run
-  that trained the same model), ``atomic`` (atomic writes), ``runlog`` (reading a run's logs),
-  ``report`` (tables, significance, plots).
+  that trained the same model), ``atomic`` (atomic writes), ``run_folder`` (the run directory: ``run_info.json``,
+  the one "finished" rule, finding runs, the training logs), ``report`` (tables, significance, plots).
 """
 
 from pathlib import Path

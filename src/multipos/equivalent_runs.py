@@ -34,11 +34,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from multipos import atomic
 from multipos.assets import cache_dir
+from multipos.run_folder import VOLATILE_KEYS, is_finished, read_json, read_run_info, write_run_info
 
 log = logging.getLogger(__name__)
-
-#: Config keys that do not change what a run computes (left out of :func:`config_hash`).
-VOLATILE_KEYS = ("paths", "resume", "hydra", "report", "experiment_name", "size", "reuse_equivalent")
 
 #: Config keys left out of :func:`equivalence_key` besides :data:`VOLATILE_KEYS`: where and how metrics are
 #: logged (``logger.save_dir`` is the run directory) does not change the model or its evaluation.
@@ -94,34 +92,18 @@ def _index_file(key: str) -> Path:
 
 
 def _read_json(path: Path) -> object:
+    """The index files and a source run's references: None when absent or unreadable (the index is a cache)."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        return read_json(path, missing_ok=True)
+    except (OSError, ValueError):
         return None
 
 
-def read_run_info(run_dir: Path) -> dict:
-    """``<run_dir>/run_info.json`` as a dict; ``{}`` when absent, and (with a warning) when not valid JSON."""
-    path = Path(run_dir) / "run_info.json"
-    if not path.is_file():
-        return {}
-    info = _read_json(path)
-    if not isinstance(info, dict):
-        log.warning("%s is not valid JSON (interrupted write?): ignored", path)
-        return {}
-    return info
-
-
-def is_finished(run_dir: Path, key: str | None = None) -> bool:
-    """True when ``run_dir`` holds a complete run (``run_info.json`` status ``complete`` and ``metrics.json``),
-    with equivalence key ``key`` when given."""
-    info = read_run_info(run_dir)
-    return (info.get("status") == "complete" and (Path(run_dir) / "metrics.json").is_file()
-            and (key is None or info.get("equivalence_key") == key))
-
-
 def register(key: str, run_dir: Path) -> None:
-    """Record the finished ``run_dir`` under ``key`` in the index (entries whose run is gone are dropped)."""
+    """Record the finished ``run_dir`` under ``key`` in the index (entries whose run is gone are dropped); a run
+    that is not finished with that key (:func:`multipos.run_folder.is_finished`) is not recorded."""
+    if not is_finished(run_dir, key):
+        return
     file = _index_file(key)
     entries = _read_json(file)
     entries = entries if isinstance(entries, list) else []
@@ -172,7 +154,7 @@ def adopt(source: Path, run_dir: Path, info: dict) -> dict:
     write_results(run_dir, metrics, refs if isinstance(refs, dict) else None,
                   extra_lines=[f"copied from the equivalent finished run {source.resolve()} (equivalence key "
                                f"{info.get('equivalence_key')}); trained nothing here"])
-    atomic.write_json(run_dir / "run_info.json", {**info, "status": "complete", "reused_from": str(source.resolve()),
+    write_run_info(run_dir, {**info, "status": "complete", "reused_from": str(source.resolve()),
                                                   "stage_records": src_info.get("stage_records", [])})
     log.info("%s: the finished run %s computes the same model and evaluation (equivalence key %s): copied its "
              "results instead of training (reuse_equivalent=false trains it)", run_dir, source,

@@ -120,11 +120,6 @@ def _resolve_settings(path: str, given: dict, prefer_saved: bool) -> dict:
     return out
 
 
-def _write_json(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=2) + "\n")
-
-
 class DualEncoder(nn.Module):
     """Query and passage encoders with s(q, d) = ⟨E_q(q), E_d(d)⟩ / τ.
 
@@ -286,9 +281,9 @@ class DualEncoder(nn.Module):
         if self.normalize:
             modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
             (folder / "2_Normalize").mkdir(exist_ok=True)
-        _write_json(folder / "modules.json", modules)
-        _write_json(folder / "sentence_bert_config.json", {"max_seq_length": int(max_length), "do_lower_case": False})
-        _write_json(folder / "1_Pooling" / "config.json", {
+        atomic.write_json(folder / "modules.json", modules)
+        atomic.write_json(folder / "sentence_bert_config.json", {"max_seq_length": int(max_length), "do_lower_case": False})
+        atomic.write_json(folder / "1_Pooling" / "config.json", {
             "word_embedding_dimension": int(encoder.config.hidden_size),
             "pooling_mode_cls_token": self.pooling == "cls",
             "pooling_mode_mean_tokens": self.pooling == "mean",
@@ -300,7 +295,7 @@ class DualEncoder(nn.Module):
         })
         import transformers
 
-        _write_json(folder / "config_sentence_transformers.json", {
+        atomic.write_json(folder / "config_sentence_transformers.json", {
             "__version__": {"sentence_transformers": _ST_FORMAT_VERSION, "transformers": transformers.__version__,
                             "pytorch": torch.__version__},
             "prompts": {},
@@ -335,7 +330,7 @@ class DualEncoder(nn.Module):
                 self._save_side(tmp / "passage_encoder", self.passage_encoder, self.passage_max_length)
             meta = {"pooling": self.pooling, "normalize": self.normalize, "temperature": self.temperature,
                     "shared": self.shared}
-            _write_json(tmp / _CONFIG_FILE, meta)
+            atomic.write_json(tmp / _CONFIG_FILE, meta)
 
     @torch.no_grad()
     def fingerprint(self, include_query: bool = False) -> str:

@@ -44,8 +44,8 @@ from omegaconf import DictConfig
 from multipos import atomic
 from multipos.assets import cache_dir
 from multipos.distributed import check_launch, is_rank_zero, trainer_world_size
-from multipos.equivalent_runs import (adopt, config_hash, equivalence_key, find_equivalent, is_finished, read_run_info,
-                                      register)
+from multipos.equivalent_runs import adopt, config_hash, equivalence_key, find_equivalent, register
+from multipos.run_folder import is_finished, read_run_info, write_run_info
 from multipos.eval_runner import eval_sets, evaluate_sets, references, retrieval_options, write_results
 from multipos.loggers import log_config, log_final_metrics
 from multipos.losses import ContrastiveLoss
@@ -295,7 +295,7 @@ def train(cfg: DictConfig) -> dict | None:
         log.info("%s: finished run with this configuration, skipped (resume=false trains it again)", out)
         if zero:
             if info.get("equivalence_key") != key:  # runs from before the key existed
-                atomic.write_json(out / "run_info.json", {**info, "equivalence_key": key})
+                write_run_info(out, {**info, "equivalence_key": key})
             register(key, out)
         return json.loads((out / "metrics.json").read_text())
     reuse = cfg.get("reuse_equivalent", False) and cfg.get("resume", True)  # resume=false: train it again
@@ -327,7 +327,7 @@ def train(cfg: DictConfig) -> dict | None:
             "seed": int(cfg.seed), "device": device_description(), "wall_s": float(info.get("wall_s", 0.0)),
             "stages": [s.describe() for s in stages], "resumed": bool(info)}
     if zero:
-        atomic.write_json(out / "run_info.json", info)
+        write_run_info(out, info)
 
     refs = {}
     if cfg.eval.references and zero:
@@ -356,7 +356,7 @@ def train(cfg: DictConfig) -> dict | None:
     info.update(status="complete", stage_records=records, wall_s=round(info["wall_s"] + time.time() - start, 1),
                 resumed=bool(resumed_from), resumed_from=resumed_from)
     text = write_results(out, results, refs, extra_lines=[f"wall time {info['wall_s']:.0f} s on {info['device']}"])
-    atomic.write_json(out / "run_info.json", info)
+    write_run_info(out, info)
     register(key, out)
     log_final_metrics(results)  # W&B: test/<set>/<metric>, then the run is closed
     print("\n" + text + "\n")

@@ -39,7 +39,7 @@ def make_run(root: Path, name: str, objective: str, per_query: dict[str, dict[st
 
     ``extra_config``: YAML appended to ``.hydra/config.yaml`` (e.g. a ``report:`` node); ``overrides``:
     the lines of ``.hydra/overrides.yaml`` (default: ``loss=…``, ``data.group_size=…``); ``run_info``:
-    written as ``run_info.json``."""
+    written as ``run_info.json`` (default ``{"status": "complete"}``: a finished run, :func:`multipos.run_folder.is_finished`)."""
     d = root / name
     (d / ".hydra").mkdir(parents=True)
     per_query = per_query or {}
@@ -50,8 +50,7 @@ def make_run(root: Path, name: str, objective: str, per_query: dict[str, dict[st
         (d / f"per_query.{s}.json").write_text(json.dumps(pq))
     if refs is not None:
         (d / "references.json").write_text(json.dumps(refs))
-    if run_info is not None:
-        (d / "run_info.json").write_text(json.dumps(run_info))
+    (d / "run_info.json").write_text(json.dumps({"status": "complete"} if run_info is None else run_info))
     cfg = CONFIG.format(data=data, G=G, M=M, objective=objective, seed=seed) + extra_config
     (d / ".hydra" / "config.yaml").write_text(cfg)
     overrides = [f"loss={objective}", f"data.group_size={G}"] if overrides is None else overrides

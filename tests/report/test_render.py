@@ -168,8 +168,8 @@ report:
   columns: [nfcorpus_dev:recall@100]
   plot: null
 """
-    trials = [("lsepair", 1, "3e-5", 0.30, {"wall_s": 400.0, "device": "CPU x2"}),
-              ("singlelh", 2, "1e-5", 0.32, {"wall_s": 800.0, "device": "CPU x2"}),
+    trials = [("lsepair", 1, "3e-5", 0.30, {"status": "complete", "wall_s": 400.0, "device": "CPU x2"}),
+              ("singlelh", 2, "1e-5", 0.32, {"status": "complete", "wall_s": 800.0, "device": "CPU x2"}),
               ("lsepair", 2, "1e-5", 0.31, None)]
     for i, (loss, epochs, lr, ndcg, info) in enumerate(trials):
         overrides = ["experiment=nfcorpus_recipe_search", f"loss={loss}", f"trainer.max_epochs={epochs}",

@@ -33,31 +33,14 @@ from tqdm.auto import tqdm
 
 from multipos import atomic
 from multipos.report.plots import PLOT_METRICS, ratio_ablation_figure, sweep_figure
-from multipos.report.runs import RunResult, config_node, load_run, override_map, read_json
+from multipos.report.runs import RunResult, config_node, load_run, override_map
+from multipos.run_folder import read_run_info, sweep_runs
 from multipos.report.seeds import config_difference, group_seeds, sort_seeds
 from multipos.report.significance import DEFAULT_BASELINES
 from multipos.report.tables import PER_RUN_KEYS, metric_label, parse_column, render_grid, render_table, row_label
 
 KINDS = ("table", "trials")
 PLOT_KINDS = ("ratio_ablation", "interpolation")
-
-
-def find_run_dirs(sweep_dir: str | Path) -> tuple[list[Path], list[Path]]:
-    """``(complete, incomplete)`` run directories under ``sweep_dir`` (any depth, sorted): directories
-    holding ``.hydra/config.yaml``; complete ones also hold ``metrics.json``."""
-    sweep = Path(sweep_dir)
-    if not sweep.is_dir():
-        raise FileNotFoundError(f"{sweep}: no such sweep directory")
-    dirs = sorted({p.parent.parent for p in sweep.rglob("config.yaml") if p.parent.name == ".hydra"})
-    complete = [d for d in dirs if (d / "metrics.json").is_file()]
-    return complete, [d for d in dirs if d not in complete]
-
-
-def run_info(run_dir: Path) -> dict:
-    """``run_info.json`` of a run (``{}`` when absent)."""
-    path = Path(run_dir) / "run_info.json"
-    info = read_json(path) if path.is_file() else {}
-    return info if isinstance(info, Mapping) else {}
 
 
 def read_spec(dirs: Sequence[Path]) -> dict:
@@ -187,7 +170,7 @@ def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results",
     about incomplete run directories.
     """
     sweep = Path(sweep_dir)
-    complete, incomplete = find_run_dirs(sweep)
+    complete, incomplete = sweep_runs(sweep)
     if not complete:
         raise FileNotFoundError(f"{sweep}: no complete run (run directory with .hydra/config.yaml and metrics.json)"
                                 + (f"; {len(incomplete)} incomplete" if incomplete else ""))
@@ -196,7 +179,7 @@ def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results",
     bar = tqdm(complete, desc=f"{sweep.name}: {len(complete)} complete runs, {len(incomplete)} in progress",
                unit="run", disable=None, leave=False)
     runs = [load_run(d, require_per_query=False) for d in bar]
-    infos = [run_info(d) for d in complete]
+    infos = [read_run_info(d) for d in complete]
     if spec["kind"] == "trials":
         md, tex, notes = _trials(spec, runs, infos, complete[0])
     else:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from multipos.run_folder import read_json
+
 #: Config keys read from ``.hydra/config.yaml`` into :attr:`RunResult.config` (plain values only).
 CONFIG_KEYS = ("loss.name", "data.name", "data.regime", "data.group_size", "data.max_positives",
                "data.positive_selection", "seed")
@@ -110,14 +112,6 @@ def override_map(overrides: Sequence[str]) -> dict[str, str]:
 
 def _describe(metrics: Mapping) -> str:
     return "; ".join(f"{s}: {', '.join(m)}" for s, m in metrics.items()) or "nothing"
-
-
-def read_json(path: Path) -> object:
-    """``json.loads`` of a file; ``ValueError`` naming the file for invalid JSON."""
-    try:
-        return json.loads(Path(path).read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: invalid JSON ({exc})") from None
 
 
 def _float_map(obj: object, path: Path, what: str) -> dict[str, float]:

@@ -18,9 +18,9 @@ import math
 from pathlib import Path
 from typing import Sequence
 
-from multipos.report.render import find_run_dirs
 from multipos.report.runs import load_run
 from multipos.report.significance import paired_ttest
+from multipos.run_folder import sweep_runs
 
 
 def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
@@ -38,7 +38,7 @@ def summary_rows(sweep_dir: str | Path, metric: str = "ndcg@10") -> list[dict]:
     Raises FileNotFoundError when the sweep holds no complete run; ValueError when the runs disagree on their
     sets or queries (:func:`paired_ttest` names the difference).
     """
-    complete, _ = find_run_dirs(Path(sweep_dir))
+    complete, _ = sweep_runs(sweep_dir)
     if not complete:
         raise FileNotFoundError(f"{sweep_dir}: no complete run (metrics.json) to summarise")
     runs = [load_run(d, require_per_query=False) for d in complete]

@@ -1,0 +1,108 @@
+"""The run folder has one owner (multipos.run_folder): run folders in every state, and training, equivalent-run reuse,
+the report and the notebooks' run finder agree on which are finished."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from omegaconf import OmegaConf
+
+from multipos.equivalent_runs import find_equivalent, register
+from multipos.report.render import render_sweep
+from multipos.run_folder import (SEED_FREE_KEYS, VOLATILE_KEYS, find_runs, is_finished, read_json, read_run_info,
+                                 sweep_runs, write_run_info)
+from multipos.train import prepare_run_dir
+from tests.report.fakes import CONFIG, SET, qmap
+
+HASH, KEY = "h-this", "k-this"
+REPORT = """report:
+  name: states
+  title: "states"
+  row_key: name
+  columns: [nfcorpus_test:ndcg@10]
+  plot: null
+"""
+
+
+def _folder(root, name, info=None, metrics=True, model=True):
+    d = root / name
+    (d / ".hydra").mkdir(parents=True)
+    (d / ".hydra" / "config.yaml").write_text(CONFIG.format(data="d", G=8, M=4, objective="jointlh", seed=1)
+                                                + REPORT + f"cell: {name}\n")
+    (d / ".hydra" / "overrides.yaml").write_text(f"- loss=jointlh\n- +cell={name}\n")
+    if info is not None:
+        write_run_info(d, info)
+    if metrics:
+        (d / "metrics.json").write_text(json.dumps({SET: {"ndcg@10": 0.3}}))
+        (d / f"per_query.{SET}.json").write_text(json.dumps({"ndcg@10": qmap([0.3, 0.3])}))
+    if model:
+        (d / "model").mkdir()
+    return d
+
+
+#: state → (run_info.json, metrics.json written, finished?)
+STATES = {
+    "running": ({"status": "running", "config_hash": HASH, "equivalence_key": KEY}, False, False),
+    "killed_before_its_last_write": ({"status": "running", "config_hash": HASH, "equivalence_key": KEY}, True, False),
+    "complete": ({"status": "complete", "config_hash": HASH, "equivalence_key": KEY}, True, True),
+    "reused": ({"status": "complete", "config_hash": HASH, "equivalence_key": KEY, "reused_from": "/x"}, True, True),
+    "other_config": ({"status": "complete", "config_hash": "h-other", "equivalence_key": "k-other"}, True, True),
+    "metrics_lost": ({"status": "complete", "config_hash": HASH, "equivalence_key": KEY}, False, False),
+    "no_run_info": (None, True, False),
+}
+
+
+@pytest.fixture
+def sweep(tmp_path, monkeypatch):
+    monkeypatch.setenv("MULTIPOS_CACHE", str(tmp_path / "cache"))
+    root = tmp_path / "states-cpu"
+    for name, (info, metrics, _) in STATES.items():
+        _folder(root, name, info, metrics)
+    return root
+
+
+def test_training_reuse_report_and_finder_agree_on_every_state(sweep, tmp_path):
+    finished = {name for name, (_, _, done) in STATES.items() if done}
+    cfg = OmegaConf.create({"resume": True})
+    for name, (_, _, done) in STATES.items():
+        d = sweep / name
+        assert is_finished(d) is done, name
+        if name == "other_config":  # training refuses to touch a finished run of another configuration
+            with pytest.raises(ValueError, match="another configuration"):
+                prepare_run_dir(cfg, d, HASH)
+        else:
+            assert prepare_run_dir(cfg, d, HASH)[1] is done, name  # training: skip (finished) or resume
+        register(KEY, d)  # reuse: only finished runs with the key enter the index and come back from it
+    found = find_equivalent(KEY, tmp_path / "new_run")
+    assert found is not None and found.name in {"complete", "reused"}
+    index = read_json(tmp_path / "cache" / "runs" / f"{KEY}.json")
+    assert {p.rsplit("/", 1)[-1] for p in index} == {"complete", "reused"}
+    done, not_done = sweep_runs(sweep)  # the report
+    assert {d.name for d in done} == finished and {d.name for d in not_done} == set(STATES) - finished
+    assert {d.name for d in find_runs(sweep)} == finished  # the notebooks' finder
+    assert {d.name for d in find_runs(sweep, complete=False)} == set(STATES) - {"no_run_info"}
+    with pytest.warns(UserWarning, match="4 incomplete run dir"):
+        md = render_sweep(sweep, tmp_path / "out")
+    rows = {line.split(" | ")[0].strip("| ") for line in md.splitlines() if line.startswith("| ") and "---" not in line}
+    assert finished <= rows and not (set(STATES) - finished) & rows
+
+
+def test_a_corrupt_run_info_counts_as_unfinished_with_a_warning(tmp_path, caplog):
+    d = _folder(tmp_path, "torn", None)
+    (d / "run_info.json").write_text('{"status": "compl')
+    assert read_run_info(d) == {} and not is_finished(d)
+    assert "run_info.json ignored" in caplog.text
+    with pytest.raises(ValueError, match=r"run_info.json: invalid JSON"):
+        read_json(d / "run_info.json")
+    assert read_json(d / "absent.json", missing_ok=True) is None
+    with pytest.raises(FileNotFoundError):
+        read_json(d / "absent.json")
+
+
+def test_one_list_of_keys_that_do_not_change_what_a_run_computes():
+    from multipos.equivalent_runs import VOLATILE_KEYS as hashed_out
+    from multipos.report.seeds import SEED_FREE_KEYS as grouped_out
+
+    assert hashed_out is VOLATILE_KEYS and grouped_out is SEED_FREE_KEYS
+    assert set(SEED_FREE_KEYS) == {"seed", *VOLATILE_KEYS}
