@@ -1,11 +1,16 @@
-"""Lightning callbacks: retrieval validation (dev nDCG@10 each epoch, used to select the checkpoint) and the
-checkpoint that resuming starts from."""
+"""Lightning callbacks: retrieval validation (dev nDCG@10 each epoch, used to select the checkpoint), the
+checkpoint that resuming starts from, and the RNG states saved with it. (The ANCE-style negative refresh lives with
+the dense miner it drives, :class:`multipos.dense_negatives.NegativeRefresh`, and the gradient diagnostics with their
+statistics, :mod:`multipos.diagnostics`.)"""
 
 from __future__ import annotations
 
 import logging
+import random
 
 import lightning as L
+import numpy as np
+import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from multipos.evalsets import EvalSet
@@ -75,3 +80,24 @@ class StepCheckpoint(ModelCheckpoint):
         if batch_idx + 1 >= trainer.num_training_batches:
             return
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+
+class RNGStateCheckpoint(L.Callback):
+    """Saves and restores the Python, NumPy and torch RNG states in checkpoints (dropout after a resume).
+
+    Stored as tensors and plain numbers so the checkpoint still loads with ``weights_only=True``.
+    """
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        kind, key, pos, has_gauss, gauss = np.random.get_state()
+        checkpoint["multipos_rng"] = {"torch": torch.get_rng_state(), "python": random.getstate(),
+                                      "numpy": [kind, torch.from_numpy(key.astype(np.int64)), pos, has_gauss, gauss]}
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint):
+        state = checkpoint.get("multipos_rng")
+        if state:
+            torch.set_rng_state(state["torch"])
+            version, internal, gauss = state["python"]
+            random.setstate((version, tuple(internal), gauss))
+            kind, key, pos, has_gauss, gauss = state["numpy"]
+            np.random.set_state((kind, key.numpy().astype(np.uint32), pos, has_gauss, gauss))

@@ -33,14 +33,14 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import get_device_states, set_device_states
 
-__all__ = ["RNGState", "chunks", "cached_embeddings", "grad_cache_step"]
+__all__ = ["ChunkRNG", "chunks", "cached_embeddings", "grad_cache_step"]
 
 Tokens = dict[str, Tensor]
 Encoder = Callable[[Tokens], Tensor]
 
 
 @dataclass
-class RNGState:
+class ChunkRNG:
     """The CPU random-number state and that of each accelerator device the inputs live on."""
 
     cpu: Tensor
@@ -48,7 +48,7 @@ class RNGState:
     device_states: list[Tensor]
 
     @classmethod
-    def capture(cls, tensors: Sequence[Tensor]) -> "RNGState":
+    def capture(cls, tensors: Sequence[Tensor]) -> "ChunkRNG":
         """Record the state now (before a chunk's forward); ``tensors`` name the devices that matter."""
         devices, states = get_device_states(*tensors)
         return cls(torch.get_rng_state(), list(devices), list(states))
@@ -74,12 +74,12 @@ def chunks(tokens: Tokens, chunk_size: int) -> list[Tokens]:
     return [{k: v[i: i + chunk_size] for k, v in tokens.items()} for i in range(0, n, chunk_size)]
 
 
-def cached_embeddings(encode: Encoder, tokens: Tokens, chunk_size: int) -> tuple[Tensor, list[RNGState]]:
+def cached_embeddings(encode: Encoder, tokens: Tokens, chunk_size: int) -> tuple[Tensor, list[ChunkRNG]]:
     """Pass 1: embeddings [N, H] of all rows without an autograd graph, and the RNG state before each chunk."""
     out, states = [], []
     with torch.no_grad():
         for part in chunks(tokens, chunk_size):
-            states.append(RNGState.capture(list(part.values())))
+            states.append(ChunkRNG.capture(list(part.values())))
             out.append(encode(part))
     return torch.cat(out), states
 

@@ -104,6 +104,24 @@ def markdown_rows(md: str) -> tuple[list[str], list[list[str]]]:
     return table[0], body
 
 
+def wandb_image(fig):
+    """The figure as a ``wandb.Image`` (one place for the conversion; tests stub it).
+
+    The figure is rendered to PNG and handed over as a PIL image: ``wandb.Image(fig)`` itself goes
+    through ``wandb.util.ensure_matplotlib_figure``, which reads ``matplotlib.pyplot`` without
+    importing it and fails (``AttributeError``) when pyplot was never imported, as here.
+    """
+    import io
+
+    import wandb
+    from PIL import Image
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
+    buf.seek(0)
+    return wandb.Image(Image.open(buf))
+
+
 def log_report(name: str, md: str, figure=None, project: str = "multipos", save_dir: str = ".",
                offline: bool | None = None, group: str | None = None) -> str:
     """Log a study's rendered table (the Markdown of :func:`multipos.report.render.render_sweep`) as ``wandb.Table``
@@ -112,7 +130,6 @@ def log_report(name: str, md: str, figure=None, project: str = "multipos", save_
     """
     import wandb
 
-    from multipos.report.plots import _wandb_image
 
     header, rows = markdown_rows(md)
     mode = "offline" if _offline(offline) else "online"
@@ -120,7 +137,7 @@ def log_report(name: str, md: str, figure=None, project: str = "multipos", save_
                      mode=mode, reinit="finish_previous")
     payload = {f"report/{name}": wandb.Table(columns=header, data=rows)}
     if figure is not None:
-        payload[f"report/{name}_figure"] = _wandb_image(figure)
+        payload[f"report/{name}_figure"] = wandb_image(figure)
     run.log(payload)
     folder = str(run.dir)
     run.finish()

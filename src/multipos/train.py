@@ -29,20 +29,19 @@ from __future__ import annotations
 import json
 import logging
 import platform
-import random
 import re
 import shutil
 import time
 from pathlib import Path
 
 import lightning as L
-import numpy as np
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from multipos import atomic
 from multipos.assets import cache_dir
+from multipos.callbacks import RNGStateCheckpoint
 from multipos.distributed import check_launch, is_rank_zero, trainer_world_size
 from multipos.equivalent_runs import adopt, config_hash, equivalence_key, find_equivalent, register
 from multipos.run_folder import is_finished, read_run_info, write_run_info
@@ -165,27 +164,6 @@ def prepare_run_dir(cfg: DictConfig, out: Path, digest: str) -> tuple[dict, bool
     return info, is_finished(out)
 
 
-class _RNGState(L.Callback):
-    """Saves and restores the Python, NumPy and torch RNG states in checkpoints (dropout after a resume).
-
-    Stored as tensors and plain numbers so the checkpoint still loads with ``weights_only=True``.
-    """
-
-    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
-        kind, key, pos, has_gauss, gauss = np.random.get_state()
-        checkpoint["multipos_rng"] = {"torch": torch.get_rng_state(), "python": random.getstate(),
-                                      "numpy": [kind, torch.from_numpy(key.astype(np.int64)), pos, has_gauss, gauss]}
-
-    def on_load_checkpoint(self, trainer, pl_module, checkpoint):
-        state = checkpoint.get("multipos_rng")
-        if state:
-            torch.set_rng_state(state["torch"])
-            version, internal, gauss = state["python"]
-            random.setstate((version, tuple(internal), gauss))
-            kind, key, pos, has_gauss, gauss = state["numpy"]
-            np.random.set_state((kind, key.numpy().astype(np.uint32), pos, has_gauss, gauss))
-
-
 #: File name of the resume checkpoints (Lightning ModelCheckpoint pattern): one kept per stage, the newest.
 RESUME_FILENAME = "resume-{epoch}-{step}"
 _STEP = re.compile(r"(?:^|-)step=(\d+)(?:-v\d+)?\.ckpt$")
@@ -241,7 +219,7 @@ def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, m
                                      **passage_side(cfg, index))
     # manual optimization (GradCache) clips in the module: Lightning refuses Trainer(gradient_clip_val) with it
     manual = {} if module.automatic_optimization else {"gradient_clip_val": None}
-    trainer = build_trainer(cfg, out, stage.epochs, [*callbacks, _RNGState()],
+    trainer = build_trainer(cfg, out, stage.epochs, [*callbacks, RNGStateCheckpoint()],
                             stage=f"stage{i + 1}" if n_stages > 1 else None, **manual)
     last = stage_dir / "last.ckpt"
     newest = newest_checkpoint(stage_dir)
@@ -372,10 +350,3 @@ def optimized_value(results: dict, key: str | None) -> float | None:
     if name not in results or metric not in results[name]:
         raise ValueError(f"optimized_metric={key!r}: no such result; have {sorted(results)}")
     return float(results[name][metric])
-
-
-def console_main() -> None:  # pragma: no cover - thin wrapper for the `multipos-train` script
-    import hydra
-
-    hydra.main(version_base="1.3", config_path=str(Path(__file__).resolve().parents[2] / "conf"),
-               config_name="train")(lambda cfg: optimized_value(train(cfg), cfg.get("optimized_metric")))()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from multipos import report
+from multipos import loggers, report
 from multipos.report import (collect, load_run, main, plot_ratio_ablation, plots, ratio_ablation_figure,
                              ratio_ablation_points)
 from tests.report.fakes import CONFIG, SET  # the same fake .hydra/config.yaml layout
@@ -124,7 +124,7 @@ def test_plot_logs_to_wandb_run(sweep, tmp_path, monkeypatch):
 
     runs = collect([sweep], require_per_query=False)
     seen = []
-    monkeypatch.setattr(plots, "_wandb_image", lambda fig: seen.append(fig) or ("image", fig))
+    monkeypatch.setattr(loggers, "wandb_image", lambda fig: seen.append(fig) or ("image", fig))
     stub = StubRun()
     plot_ratio_ablation(runs, SET, ["ndcg@10"], out_png=tmp_path / "r.png", wandb_run=stub)
     assert len(stub.calls) == 1

@@ -177,24 +177,6 @@ def sweep_figure(runs: Sequence[RunResult], key: str, eval_sets: Sequence[str], 
     return fig
 
 
-def _wandb_image(fig):
-    """The figure as a ``wandb.Image`` (an indirection so tests can stub it).
-
-    The figure is rendered to PNG and handed over as a PIL image: ``wandb.Image(fig)`` itself goes
-    through ``wandb.util.ensure_matplotlib_figure``, which reads ``matplotlib.pyplot`` without
-    importing it and fails (``AttributeError``) when pyplot was never imported, as here.
-    """
-    import io
-
-    import wandb
-    from PIL import Image
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
-    buf.seek(0)
-    return wandb.Image(Image.open(buf))
-
-
 def plot_ratio_ablation(runs: Sequence[RunResult], eval_set: str, metrics: Sequence[str] = PLOT_METRICS, *,
                         out_png: str | Path, wandb_run=None) -> Path:
     """Plot the positive–negative ratio ablation of ``runs`` on ``eval_set`` and save it as a PNG.
@@ -212,5 +194,7 @@ def plot_ratio_ablation(runs: Sequence[RunResult], eval_set: str, metrics: Seque
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, format="png", dpi=120)
     if wandb_run is not None:
-        wandb_run.log({f"ratio_ablation/{eval_set}": _wandb_image(fig)})
+        from multipos.loggers import wandb_image
+
+        wandb_run.log({f"ratio_ablation/{eval_set}": wandb_image(fig)})
     return out
