@@ -15,7 +15,8 @@ from types import SimpleNamespace
 import pytest
 
 from multipos.assets import AssetNotFoundError
-from multipos.data import MultiPosDataModule, apply_budget
+from multipos.budget import apply_budget
+from multipos.data import MultiPosDataModule
 from multipos.groups import GroupBuilder, TrainQuery
 from multipos.readers import (DataFormatError, load_beir, parse_tevatron, read_corpus, read_qrels, read_queries,
                               read_run, read_tevatron)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from multipos.data import apply_budget
+from multipos.budget import apply_budget
 from multipos.groups import TrainQuery
 from multipos.readers import read_qrels, read_queries
 from tests.helpers import compose_cfg

@@ -9,6 +9,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from multipos.budget import AnnotationBudget
 from multipos.groups import REGIMES, Group, GroupBuilder, TrainQuery, group_masks, negative_shortfall
 
 log = logging.getLogger(__name__)
@@ -122,44 +123,6 @@ class ResumableLoader(DataLoader):
         self.sampler.skip_epoch = int(state["epoch"]) if "epoch" in state else None
 
 
-def apply_budget(queries: list[TrainQuery], regime: str, positives_per_query: int, query_fraction: float,
-                 seed: int = 0, pool_min_positives: int | None = None) -> list[TrainQuery]:
-    """Annotation-budget allocation (paper Sec. 5, Table 7): a fixed number of positive labels spent as
-    ``positives_per_query`` (m) labels on a ``query_fraction`` (f) of the queries.
-
-    The pool is every query with at least ``pool_min_positives`` positives under ``regime`` (default m; a
-    study comparing several m uses the largest m for all of its cells, so they draw from one pool and
-    m · f · |pool| is the same label total up to rounding). round(f · |pool|) queries are drawn with
-    ``random.Random(seed)`` (the same subset for the same seed), and each keeps its first m positives of
-    the regime (annotation order). Returns new :class:`TrainQuery` objects restricted that way; judged
-    passages are unchanged (a dropped label is still never used as a negative).
-
-    Raises:
-        ValueError: m < 1, f outside (0, 1], pool_min_positives < m, or an empty pool.
-    """
-    import random
-
-    if positives_per_query < 1:
-        raise ValueError(f"data.budget.positives_per_query must be >= 1, got {positives_per_query}")
-    if not 0.0 < query_fraction <= 1.0:
-        raise ValueError(f"data.budget.query_fraction must be in (0, 1], got {query_fraction}")
-    need = positives_per_query if pool_min_positives is None else int(pool_min_positives)
-    if need < positives_per_query:
-        raise ValueError(f"data.budget.pool_min_positives ({need}) must be >= positives_per_query ({positives_per_query})")
-    pool = [q for q in queries if len(q.positives(regime)) >= need]
-    if not pool:
-        raise ValueError(f"data.budget: no training query has >= {need} positives under regime {regime!r}")
-    n = max(1, round(query_fraction * len(pool)))
-    chosen = random.Random(seed).sample(pool, n)
-    chosen.sort(key=lambda q: q.query_id)
-    out = []
-    for q in chosen:
-        keep = set(q.positives(regime)[:positives_per_query])
-        out.append(TrainQuery(q.query_id, q.query, [p for p in q.gold if p in keep], [p for p in q.silver if p in keep],
-                              list(q.negatives), set(q.judged)))
-    return out
-
-
 class MultiPosDataModule(L.LightningDataModule):
     """Training data for multi-positive contrastive learning.
 
@@ -174,7 +137,7 @@ class MultiPosDataModule(L.LightningDataModule):
         negative_selection: ``first`` | ``random`` (hard negatives per epoch).
         batch_size: queries per batch (B); query_max_length, passage_max_length: tokens.
         budget: annotation-budget allocation ``{positives_per_query, query_fraction, seed, pool_min_positives}``
-            (:func:`apply_budget`), or None for every query with all its positives.
+            (:class:`multipos.budget.AnnotationBudget`), or None for every query with all its positives.
         seed: seed for group construction and shuffling; num_workers: DataLoader workers.
 
     ``tokenize_passages`` (attribute, default True): set to False by query-side fine-tuning, whose batches carry the
@@ -207,17 +170,7 @@ class MultiPosDataModule(L.LightningDataModule):
         self.query_max_length, self.passage_max_length = query_max_length, passage_max_length
         self.single_positive: str | None = None
         self.budget = dict(budget) if budget else None
-        if self.budget:
-            unknown = set(self.budget) - {"positives_per_query", "query_fraction", "seed", "pool_min_positives"}
-            if unknown:
-                raise ValueError(f"data.budget: unknown keys {sorted(unknown)} "
-                                 "(allowed: positives_per_query, query_fraction, seed, pool_min_positives)")
-            f = float(self.budget.get("query_fraction", 1.0))
-            if not 0.0 < f <= 1.0:
-                raise ValueError(f"data.budget.query_fraction must be in (0, 1], got {f}")
-            m = int(self.budget.get("positives_per_query", 1))
-            if m < 1:
-                raise ValueError(f"data.budget.positives_per_query must be >= 1, got {m}")
+        self._budget = AnnotationBudget.from_config(self.budget) if self.budget else None  # checked now
         self.builder_args = dict(group_size=group_size, max_positives=max_positives,
                                  positive_selection=positive_selection, negative_selection=negative_selection)
         GroupBuilder(**self.builder_args)  # validate G/M and selection names now, not at the first batch
@@ -261,11 +214,9 @@ class MultiPosDataModule(L.LightningDataModule):
         regime = regime or self.stage_regime
         if self.corpus is None:
             self.corpus, self.queries = self.source.load()
-        if not self.budget:
+        if self._budget is None:
             return self.queries
-        b = self.budget
-        return apply_budget(self.queries, regime, int(b.get("positives_per_query", 1)),
-                            float(b.get("query_fraction", 1.0)), int(b.get("seed", 0)), b.get("pool_min_positives"))
+        return self._budget.apply(self.queries, regime)
 
     def steps_per_epoch(self, regime: str | None = None, world_size: int = 1) -> int:
         """Optimizer steps in one epoch of ``regime`` (batches, last partial batch dropped when full ones exist),
