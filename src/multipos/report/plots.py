@@ -30,9 +30,24 @@ def _int_key(run: RunResult, alias: str) -> int:
     return value
 
 
+#: Panel of the runs whose candidates are the whole corpus (``passages.candidates=corpus``: G plays no part).
+CORPUS_PANEL = "corpus"
+
+
+def _panel(run: RunResult) -> int | str:
+    """The run's subplot column: its group size G, or :data:`CORPUS_PANEL` for corpus candidates."""
+    try:
+        candidates = run.get("passages.candidates")
+    except ValueError:  # runs from before query-side training have no passages node
+        candidates = None
+    return CORPUS_PANEL if candidates == "corpus" else _int_key(run, "G")
+
+
 def ratio_ablation_points(runs: Sequence[RunResult], eval_set: str, metrics: Sequence[str] = PLOT_METRICS
                           ) -> dict[str, dict[int, dict[str, list[tuple[int, float, int]]]]]:
-    """The data of :func:`plot_ratio_ablation`: ``{metric: {G: {objective: [(M, mean, n_runs), …]}}}``.
+    """The data of :func:`plot_ratio_ablation`: ``{metric: {G: {objective: [(M, mean, n_runs), …]}}}``; runs with every
+    corpus passage a candidate (``passages.candidates=corpus``) form their own panel, :data:`CORPUS_PANEL`, after the G
+    values.
 
     G, objectives and the points are sorted (G and M ascending, objectives in order of first
     appearance in ``runs``). ``mean`` is the plain mean of ``metrics.json[eval_set][metric]`` over the
@@ -50,7 +65,7 @@ def ratio_ablation_points(runs: Sequence[RunResult], eval_set: str, metrics: Seq
     for run in runs:
         if not run.objective:
             raise ValueError(f"{run.path}: no objective (loss.name) — cannot label its line")
-        G, M = _int_key(run, "G"), _int_key(run, "M")
+        G, M = _panel(run), _int_key(run, "M")
         if eval_set not in run.metrics:
             raise ValueError(f"{run.path / 'metrics.json'}: no eval set {eval_set!r} "
                              f"(has: {', '.join(run.metrics) or 'nothing'})")
@@ -67,7 +82,7 @@ def ratio_ablation_points(runs: Sequence[RunResult], eval_set: str, metrics: Seq
     out: dict[str, dict[int, dict[str, list[tuple[int, float, int]]]]] = {}
     for m in metrics:
         per_g: dict[int, dict[str, list[tuple[int, float, int]]]] = {}
-        for G in sorted({g for _, g, _ in groups}):
+        for G in sorted({g for _, g, _ in groups}, key=lambda g: (isinstance(g, str), g)):
             lines = {}
             for obj in objectives:
                 pts = [(M, math.fsum(r.value(eval_set, m) for r in rs) / len(rs), len(rs))
@@ -110,7 +125,7 @@ def ratio_ablation_figure(runs: Sequence[RunResult], eval_set: str, metrics: Seq
             ax.set_xticks(sorted(ms))
             ax.grid(True, alpha=0.3)
             if i == 0:
-                ax.set_title(f"G={G}")
+                ax.set_title("every corpus passage" if G == CORPUS_PANEL else f"G={G}")
             if i == len(metrics) - 1:
                 ax.set_xlabel("M (positives per group)")
             if j == 0:
