@@ -1,5 +1,5 @@
 """Memory and time arithmetic for exact and approximate search over the paper's large corpora; prints the
-Markdown tables quoted in the README (``python bench/corpus_arithmetic.py``; nothing is measured here).
+Markdown tables quoted in docs/gpu-and-scale-out.md (``python bench/corpus_arithmetic.py``; nothing is measured here).
 
 Memory: embeddings N·d·b bytes (b = 4 for float32, 2 for float16); FAISS ``IndexFlatIP`` stores float32 (a GPU
 flat index can store float16); ``IndexHNSWFlat`` adds its graph, ≈ 2·M int32 links per vector on level 0 plus

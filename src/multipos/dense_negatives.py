@@ -112,7 +112,7 @@ def mine_dense_negatives(model, corpus: Corpus, queries: dict[str, str], judged:
             depth, max lengths, precision and index: a second call with the same inputs encodes nothing.
 
     Returns {query id → passage ids, best first}, in ``queries`` order. Cost: one encoding pass over the corpus
-    and the queries plus one FAISS search (README "Dense hard negatives"). Raises ValueError for depth < 1.
+    and the queries plus one FAISS search (docs/hard-negatives.md). Raises ValueError for depth < 1.
     """
     from multipos.encoding import cached_encode, corpus_digest, encode, native_bf16
     from multipos.retrieval import build_index, search_index

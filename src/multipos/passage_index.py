@@ -9,7 +9,7 @@ precision): the zero-shot reference, the teacher ordering, the dev retrieval of 
 evaluation on the same corpus reuse them and encode only queries.
 
 Memory: the index is N × H in ``dtype``. MS MARCO (8.84M × 768) is 13.6 GB in bf16 (27.2 GB in float32); NQ's
-DPR Wikipedia (21.0M × 768) is 32.3 GB in bf16 (README "Query-side fine-tuning").
+DPR Wikipedia (21.0M × 768) is 32.3 GB in bf16 (docs/query-side.md).
 """
 
 from __future__ import annotations

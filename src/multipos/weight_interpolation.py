@@ -1,7 +1,7 @@
 """Weight-space interpolation toward the starting checkpoint (WiSE-FT).
 
 Fine-tuning on NFCorpus gains in domain and loses out of domain (TREC DL), the query-side recipe more than the
-two-tower one (README "Query-side fine-tuning"). WiSE-FT (Wortsman et al., "Robust fine-tuning of zero-shot
+two-tower one (docs/query-side.md). WiSE-FT (Wortsman et al., "Robust fine-tuning of zero-shot
 models", CVPR 2022, Eq. 1) trades along a line between the two models without training again:
 
     θ_α = (1 − α) · θ_0 + α · θ_1,        α ∈ [0, 1]
