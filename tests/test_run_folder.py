@@ -106,3 +106,30 @@ def test_one_list_of_keys_that_do_not_change_what_a_run_computes():
 
     assert hashed_out is VOLATILE_KEYS and grouped_out is SEED_FREE_KEYS
     assert set(SEED_FREE_KEYS) == {"seed", *VOLATILE_KEYS}
+
+
+def test_a_refused_configuration_leaves_the_hydra_files_of_the_run_that_is_there(tmp_path):
+    """Hydra writes a job's .hydra/ before the job starts; the job that refuses the folder puts the files back."""
+    run = tmp_path / "run"
+    hydra = run / ".hydra"
+    hydra.mkdir(parents=True)
+    (hydra / "config.yaml").write_text("lr: 1\n")
+    (hydra / "overrides.yaml").write_text("- lr=1\n")
+    cfg = OmegaConf.create({"resume": True})
+    assert prepare_run_dir(cfg, run, "h-one") == ({}, False)  # accepted: its files are kept
+    write_run_info(run, {"status": "complete", "config_hash": "h-one"})
+    (run / "metrics.json").write_text("{}")
+    (hydra / "config.yaml").write_text("lr: 2\n")  # what Hydra does for the next job in this folder
+    (hydra / "overrides.yaml").write_text("- lr=2\n")
+    with pytest.raises(ValueError, match="another configuration"):
+        prepare_run_dir(cfg, run, "h-two")
+    assert (hydra / "config.yaml").read_text() == "lr: 1\n" and (hydra / "overrides.yaml").read_text() == "- lr=1\n"
+    assert is_finished(run) and prepare_run_dir(cfg, run, "h-one")[1]  # the same configuration is still skipped
+
+
+def test_without_a_kept_copy_the_refusal_says_that_hydra_replaced_the_files(tmp_path):
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    write_run_info(run, {"status": "complete", "config_hash": "h-one"})
+    with pytest.raises(ValueError, match="Hydra has already replaced"):
+        prepare_run_dir(OmegaConf.create({"resume": True}), run, "h-two")

@@ -34,7 +34,7 @@ from multipos import atomic
 log = logging.getLogger(__name__)
 
 __all__ = ["RUN_INFO", "METRICS", "VOLATILE_KEYS", "SEED_FREE_KEYS", "read_json", "read_run_info", "write_run_info",
-           "is_finished", "find_runs", "latest_run", "sweep_runs", "stage_logs", "training_log", "series"]
+           "keep_hydra_files", "restore_hydra_files", "is_finished", "find_runs", "latest_run", "sweep_runs", "stage_logs", "training_log", "series"]
 
 RUN_INFO = "run_info.json"
 METRICS = "metrics.json"
@@ -81,6 +81,31 @@ def read_run_info(run_dir: str | Path) -> dict:
 def write_run_info(run_dir: str | Path, info: dict) -> None:
     """Write ``<run_dir>/run_info.json`` atomically (a reader sees the old or the new file, never a part)."""
     atomic.write_json(Path(run_dir) / RUN_INFO, info)
+
+
+#: Hydra's files of a run (``.hydra/``) and the copy kept of those of the configuration the folder accepted.
+HYDRA_DIR, ACCEPTED_HYDRA_DIR = ".hydra", ".hydra.accepted"
+HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")
+
+
+def keep_hydra_files(run_dir: str | Path) -> None:
+    """Copy ``.hydra/*.yaml`` to ``.hydra.accepted/`` (atomically, file by file) once training has accepted the
+    folder for this configuration: Hydra rewrites ``.hydra/`` *before* the job starts, also when the job then
+    refuses the folder because it holds a run of another configuration (:func:`restore_hydra_files`)."""
+    src, dst = Path(run_dir) / HYDRA_DIR, Path(run_dir) / ACCEPTED_HYDRA_DIR
+    for name in HYDRA_FILES:
+        if (src / name).is_file():
+            atomic.write_text(dst / name, (src / name).read_text())
+
+
+def restore_hydra_files(run_dir: str | Path) -> bool:
+    """Put back the ``.hydra/`` files of the configuration the folder holds (from :func:`keep_hydra_files`) after
+    Hydra overwrote them with a refused one. Returns False when there is no kept copy (runs from before it)."""
+    src, dst = Path(run_dir) / ACCEPTED_HYDRA_DIR, Path(run_dir) / HYDRA_DIR
+    kept = [name for name in HYDRA_FILES if (src / name).is_file()]
+    for name in kept:
+        atomic.write_text(dst / name, (src / name).read_text())
+    return bool(kept)
 
 
 def is_finished(run_dir: str | Path, key: str | None = None) -> bool:

@@ -44,7 +44,7 @@ from multipos.assets import cache_dir
 from multipos.callbacks import RNGStateCheckpoint
 from multipos.distributed import check_launch, is_rank_zero, trainer_world_size
 from multipos.equivalent_runs import adopt, config_hash, equivalence_key, find_equivalent, register
-from multipos.run_folder import is_finished, read_run_info, write_run_info
+from multipos.run_folder import is_finished, keep_hydra_files, read_run_info, restore_hydra_files, write_run_info
 from multipos.eval_runner import eval_sets, evaluate_sets, references, retrieval_options, write_results
 from multipos.loggers import log_config, log_final_metrics
 from multipos.losses import ContrastiveLoss
@@ -149,18 +149,28 @@ def start_weights(cfg: DictConfig) -> dict:
 def prepare_run_dir(cfg: DictConfig, out: Path, digest: str) -> tuple[dict, bool]:
     """Check the run directory against this configuration (hash ``digest``) → (previous run_info, finished).
 
-    Raises ValueError when the folder holds a run of another configuration and ``resume`` is on (nothing is
-    overwritten). With ``resume=false`` earlier checkpoints and CSV logs are removed first.
+    Raises ValueError when the folder holds a run of another configuration and ``resume`` is on: nothing is
+    overwritten, and the ``.hydra/`` files Hydra already replaced before the job started are put back
+    (:func:`multipos.run_folder.restore_hydra_files`). An accepted folder keeps a copy of them
+    (:func:`~multipos.run_folder.keep_hydra_files`). With ``resume=false`` earlier checkpoints and CSV logs are
+    removed first.
     """
     info = read_run_info(out)
     if not cfg.get("resume", True):
         if is_rank_zero():
             shutil.rmtree(out / "checkpoints", ignore_errors=True)
             shutil.rmtree(out / "csv", ignore_errors=True)  # the CSV logger appends to a resumed run's log
+            keep_hydra_files(out)
         return {}, False
     if info and info.get("config_hash") != digest:
+        restored = restore_hydra_files(out) if is_rank_zero() else True  # Hydra wrote this job's .hydra/ already
         raise ValueError(f"{out} holds a run of another configuration (config hash {info.get('config_hash')} != "
-                         f"{digest}); use another hydra.run.dir, or resume=false to train it again from scratch")
+                         f"{digest}); use another hydra.run.dir, or resume=false to train it again from scratch"
+                         + ("" if restored else f" (Hydra has already replaced {out / '.hydra'} with this job's "
+                            "configuration and the folder keeps no copy of its own: run_info.json and metrics.json "
+                            "describe the run that is there)"))
+    if is_rank_zero():
+        keep_hydra_files(out)
     return info, is_finished(out)
 
 
