@@ -43,8 +43,8 @@ def main() -> None:
     os.environ.setdefault("MULTIPOS_CACHE", tempfile.mkdtemp(prefix="multipos-bench-"))
     from multipos import native_bf16
     from multipos.corpus_candidates import corpus_scores, corpus_targets
-    from multipos.encoding import autocast_context
-    from multipos.groups import Group, group_masks
+    from multipos.retrieval.encoding import autocast_context
+    from multipos.data.groups import Group, group_masks
     from multipos.losses import compute
     from multipos.model import DualEncoder
 

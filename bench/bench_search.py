@@ -2,14 +2,14 @@
 
 Measures, and appends to ``bench/results/search.jsonl`` (one JSON line per run, with machine info):
 * index build time and top-1000 search time of 1,000 queries over 100k × 384 float32 unit vectors for
-  the ``flat`` (exact), ``hnsw`` and ``ivf`` kinds of :func:`multipos.retrieval.build_index` at their
-  default parameters (search time = :func:`multipos.retrieval.search_index` only, which searches HNSW with
+  the ``flat`` (exact), ``hnsw`` and ``ivf`` kinds of :func:`multipos.retrieval.dense.build_index` at their
+  default parameters (search time = :func:`multipos.retrieval.dense.search_index` only, which searches HNSW with
   efSearch = max(128, k) = 1000 here);
-* end-to-end :func:`multipos.retrieval.search` time (build + search + merge + the {qid → {pid → score}}
+* end-to-end :func:`multipos.retrieval.dense.search` time (build + search + merge + the {qid → {pid → score}}
   run) for ``flat`` in one index and in shards of 25k passages, and whether both runs are identical;
 * recall@10 and recall@k of hnsw / ivf against flat (fraction of flat's top-k they return);
-* the same passages written as memory-mapped shards (:func:`multipos.shards.save_shards`, float32 and float16)
-  and searched shard by shard (:func:`multipos.shards.search_shards`): time, and whether the float32 run is
+* the same passages written as memory-mapped shards (:func:`multipos.retrieval.shards.save_shards`, float32 and float16)
+  and searched shard by shard (:func:`multipos.retrieval.shards.search_shards`): time, and whether the float32 run is
   identical to the single-index run (ids and scores), recall@k and the largest score change of float16.
 
 The embeddings are clustered like real ones (uniform random 384-d vectors have no neighbourhood
@@ -50,7 +50,7 @@ def recall(approx: np.ndarray, exact: np.ndarray, k: int) -> float:
 
 def store_search(q, p, qids, pids, whole, args, res) -> None:
     """Shard folders (float32 and float16) searched shard by shard, against the single-index run ``whole``."""
-    from multipos.shards import ShardedEmbeddings, save_shards, search_shards
+    from multipos.retrieval.shards import ShardedEmbeddings, save_shards, search_shards
 
     num_shards = -(-args.n // args.shard_size)
     res["store_shards"] = num_shards
@@ -92,7 +92,7 @@ def main() -> None:
 
     import faiss
 
-    from multipos.retrieval import build_index, default_nlist, gpu_available, search, search_index
+    from multipos.retrieval.dense import build_index, default_nlist, gpu_available, search, search_index
 
     res = {**machine_info(), "bench": "search", "size": "quick" if quick else "full",
            "faiss": faiss.__version__, "faiss_threads": faiss.omp_get_max_threads(), "numpy": np.__version__,

@@ -95,7 +95,7 @@ def encode_ratio(data, device, bf16: bool, size: dict, res: dict) -> None:
     """multipos ``encode`` vs sentence-transformers ``encode`` on the same passages (interleaved rounds)."""
     import numpy as np
 
-    from multipos.encoding import encode
+    from multipos.retrieval.encoding import encode
     from sides import multipos_model, st_model
 
     texts = list(data.passages.values())[: size["encode_n"]]
@@ -157,7 +157,7 @@ def objective_share(data, device, bf16: bool, size: dict, step_s: float, full_st
 
 def _measured_step(data, device, bf16, B, G, lq, lp):
     """The multipos step at B × G on full-length random token ids (3 timed steps) → (seconds, how)."""
-    from multipos.data import Batch
+    from multipos.data.datamodule import Batch
     from sides import multipos_step
 
     step = multipos_step(data, device, bf16)

@@ -4,7 +4,7 @@ Markdown tables quoted in docs/gpu-and-scale-out.md (``python bench/corpus_arith
 Memory: embeddings N·d·b bytes (b = 4 for float32, 2 for float16); FAISS ``IndexFlatIP`` stores float32 (a GPU
 flat index can store float16); ``IndexHNSWFlat`` adds its graph, ≈ 2·M int32 links per vector on level 0 plus
 ≈ M·4/(M−1) bytes on the upper levels; ``IndexIVFFlat`` adds an 8-byte id per vector and nlist·d·4 bytes of
-centroids (nlist = :func:`multipos.retrieval.default_nlist`). Shards per GPU: :func:`multipos.shards.shards_for_memory`
+centroids (nlist = :func:`multipos.retrieval.dense.default_nlist`). Shards per GPU: :func:`multipos.retrieval.shards.shards_for_memory`
 with 85 % of the GPU's memory as the budget (the rest for the CUDA context and search buffers).
 
 Time: exact search costs Q·N·d multiply-adds; the rate is taken from the newest ``flat_search_s`` line in
@@ -33,8 +33,8 @@ def measured_rate(results: Path = Path(__file__).resolve().parent / "results" / 
 
 
 def main() -> None:
-    from multipos.retrieval import default_nlist
-    from multipos.shards import shards_for_memory
+    from multipos.retrieval.dense import default_nlist
+    from multipos.retrieval.shards import shards_for_memory
 
     print("| corpus | embeddings fp32 | fp16 | flat index (fp32) | HNSW M=32 | IVF-Flat (nlist) |")
     print("|---|---|---|---|---|---|")

@@ -1,4 +1,4 @@
-"""The contenders of the speed benchmark, each a ``step(batch)`` on the same :class:`multipos.data.Batch` objects:
+"""The contenders of the speed benchmark, each a ``step(batch)`` on the same :class:`multipos.data.datamodule.Batch` objects:
 
 * ``multipos``: :class:`multipos.module.RetrieverModule` (DualEncoder, mean pooling, L2, τ = 0.05, SingleLH)
   forward, loss, backward, gradient clipping at 1.0, AdamW step — what Lightning runs in each training step;
@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from common import REPO, BenchData, sync
 
-from multipos.encoding import autocast_context
+from multipos.retrieval.encoding import autocast_context
 
 TAU = 0.05
 
@@ -35,8 +35,8 @@ class MemorySource:
         self.data, self.seed = data, seed
 
     def load(self):
-        from multipos.groups import TrainQuery
-        from multipos.readers import Corpus, Passage
+        from multipos.data.groups import TrainQuery
+        from multipos.data.readers import Corpus, Passage
 
         corpus = Corpus({p: Passage(p, "", t) for p, t in self.data.passages.items()})
         rng, ids = random.Random(self.seed), list(self.data.passages)
@@ -46,10 +46,10 @@ class MemorySource:
 
 
 def data_module(data: BenchData, batch_size: int, group_size: int, query_len: int, passage_len: int):
-    """:class:`multipos.data.MultiPosDataModule` over :class:`MemorySource`: 1 positive + G − 1 hard negatives per
+    """:class:`multipos.data.datamodule.MultiPosDataModule` over :class:`MemorySource`: 1 positive + G − 1 hard negatives per
     query, tokenised by the model's tokenizer, DataLoader workers as the training configs choose them."""
     import multipos
-    from multipos.data import MultiPosDataModule
+    from multipos.data.datamodule import MultiPosDataModule
 
     workers = multipos.auto_workers() if hasattr(multipos, "auto_workers") else 0
     dm = MultiPosDataModule(MemorySource(data), tokenizer=data.model, regime="gold", group_size=group_size,

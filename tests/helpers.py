@@ -30,7 +30,7 @@ def tiny_overrides(tiny_beir: Path, tiny_bert: Path, out: Path, *extra: str) -> 
         "trainer=cpu_fp32", "trainer.max_epochs=1", "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1",
         "eval=nfcorpus_dev", f"eval.test_sets.nfcorpus_dev.path={tiny_beir}",
         "eval.test_sets.nfcorpus_dev.name=tiny_test", "eval.test_sets.nfcorpus_dev.split=test",
-        f"eval.validation={{_target_: multipos.evalsets.EvalSet, name: tiny_dev, path: '{tiny_beir}', split: dev, metrics: [ndcg@10]}}",
+        f"eval.validation={{_target_: multipos.evaluation.sets.EvalSet, name: tiny_dev, path: '{tiny_beir}', split: dev, metrics: [ndcg@10]}}",
         "eval.bf16=false", "eval.k=20", "eval.passage_max_length=64",
         *extra,
     ]

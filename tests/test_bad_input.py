@@ -15,12 +15,12 @@ from types import SimpleNamespace
 import pytest
 
 from multipos.assets import AssetNotFoundError
-from multipos.budget import apply_budget
-from multipos.data import MultiPosDataModule
-from multipos.groups import GroupBuilder, TrainQuery
-from multipos.readers import (DataFormatError, load_beir, parse_tevatron, read_corpus, read_qrels, read_queries,
+from multipos.data.budget import apply_budget
+from multipos.data.datamodule import MultiPosDataModule
+from multipos.data.groups import GroupBuilder, TrainQuery
+from multipos.data.readers import (DataFormatError, load_beir, parse_tevatron, read_corpus, read_qrels, read_queries,
                               read_run, read_tevatron)
-from multipos.sources import BeirGradedSource, TevatronSource
+from multipos.data.sources import BeirGradedSource, TevatronSource
 from tests.helpers import compose_cfg, tiny_overrides
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tevatron_train.jsonl"
@@ -124,7 +124,7 @@ def test_duplicate_ids_name_both_lines(tmp_path):
 
 def test_unknown_ids_in_qrels_fail_and_in_runs_are_counted(beir_copy, tiny_beir, tmp_path, caplog):
     from multipos.evaluate import score_run_file
-    from multipos.evalsets import EvalSet
+    from multipos.evaluation.sets import EvalSet
 
     train = beir_copy / TRAIN_QRELS
     with train.open("a") as f:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from multipos.model import DualEncoder
-from multipos.encoding import encode
+from multipos.retrieval.encoding import encode
 
 st = pytest.importorskip("sentence_transformers")
 

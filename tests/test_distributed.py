@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from multipos.groups import Group, group_masks
+from multipos.data.groups import Group, group_masks
 from multipos.losses import OBJECTIVES, SINGLE_POSITIVE
 from tests.helpers import REPO, compose_cfg, tiny_overrides
 
@@ -52,8 +52,8 @@ def passage_text(pid: str) -> str:
 
 
 def make_batch(model, groups: list[Group]):
-    """A :class:`multipos.data.Batch` of ``groups`` tokenised by ``model``."""
-    from multipos.data import Batch
+    """A :class:`multipos.data.datamodule.Batch` of ``groups`` tokenised by ``model``."""
+    from multipos.data.datamodule import Batch
 
     positive_mask, negative_mask = group_masks(groups)
     pids = [p for g in groups for p in g.passage_ids]
@@ -215,7 +215,9 @@ def test_train_py_ddp_two_cpu_processes_writes_one_set_of_outputs(tiny_beir, tin
     names = sorted(p.name for p in out.iterdir())
     assert not [n for n in names if ".tmp-" in n], names
     assert sorted(n for n in names if n.startswith("run.")) == ["run.tiny_dev.trec", "run.tiny_test.trec"]
-    assert len(list((out / "csv").rglob("metrics.csv"))) == 1 and len(list(out.rglob("config.yaml"))) == 1
+    hydra_configs = [p.relative_to(out).as_posix() for p in out.rglob("config.yaml") if p.parent.name != "model"]
+    assert len(list((out / "csv").rglob("metrics.csv"))) == 1
+    assert sorted(hydra_configs) == [".hydra.accepted/config.yaml", ".hydra/config.yaml"]  # rank 0's, and its kept copy
     assert (out / "model" / "config.json").is_file() and len(list(out.rglob("model.safetensors"))) == 1
     assert (out / "checkpoints" / "stage1" / "last.ckpt").is_file()
     text = (out / "csv").rglob("metrics.csv").__next__().read_text()

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from multipos.data import MultiPosDataModule
+from multipos.data.datamodule import MultiPosDataModule
 from multipos.losses import ContrastiveLoss
 from multipos.model import DualEncoder, pool
 from multipos.module import RetrieverModule
-from multipos.sources import BeirGradedSource
+from multipos.data.sources import BeirGradedSource
 
 
 def test_pool_cls_and_mean():
@@ -112,7 +112,7 @@ def test_training_step_reduces_loss(tiny_beir, tiny_bert):
 
 
 def test_teacher_ordering_sorts_positives_by_teacher_score(tiny_beir, tiny_bert):
-    from multipos.encoding import encode
+    from multipos.retrieval.encoding import encode
 
     given = BeirGradedSource(str(tiny_beir), "qrels-graded/train.s-3.qrel", negative_depth=20)
     teacher = BeirGradedSource(str(tiny_beir), "qrels-graded/train.s-3.qrel", negative_depth=20,

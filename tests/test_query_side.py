@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import AutoModel
 
-import multipos.encoding as encoding
+import multipos.retrieval.encoding as encoding
 from multipos.model import DualEncoder
 from multipos.train import train
 from tests.helpers import compose_cfg, tiny_overrides

@@ -25,7 +25,7 @@ from tests.helpers import REPO, compose_cfg, tiny_overrides
 def _overrides(run_dir: Path, epochs: int = 2, step_checkpoints: bool = True) -> list[str]:
     """A small real-data slice: 12 NFCorpus training queries, all-MiniLM-L6-v2, short passages, fp32; with
     ``step_checkpoints`` a checkpoint every 2 steps, else the default callbacks (epoch-end checkpoints only)."""
-    dev = ("{_target_: multipos.evalsets.EvalSet, name: nfcorpus_dev, path: nfcorpus, split: dev, "
+    dev = ("{_target_: multipos.evaluation.sets.EvalSet, name: nfcorpus_dev, path: nfcorpus, split: dev, "
            "metrics: [ndcg@10, recall@100], max_queries: 4, max_passages: 60}")
     return [f"hydra.run.dir={run_dir}", "data=nfcorpus_homo", "loss=rand1lh", "data.source.max_queries=12",
             "data.source.ordering=given", "data.source.negative_depth=20", "data.batch_size=2", "data.group_size=3",
@@ -159,8 +159,8 @@ class _Recorder(L.LightningModule):
 
 
 def _draws(tiny_beir, tiny_bert, seed: int, reload: int) -> dict:
-    from multipos.data import MultiPosDataModule
-    from multipos.sources import BeirGradedSource
+    from multipos.data.datamodule import MultiPosDataModule
+    from multipos.data.sources import BeirGradedSource
 
     dm = MultiPosDataModule(BeirGradedSource(str(tiny_beir), "qrels-graded/train.s-3.qrel", negative_depth=20),
                             str(tiny_bert), regime="homogeneous", group_size=4, max_positives=2, batch_size=2,

@@ -21,7 +21,7 @@ def test_train_cli_on_nfcorpus_slice(assets, tmp_path):
            "data.source.max_queries=40", "data.source.ordering=given", "data.batch_size=4", "data.group_size=4",
            "data.max_positives=2", "trainer.max_steps=2", "trainer.log_every_n_steps=1",
            "trainer.enable_progress_bar=false", "eval=nfcorpus_test", "eval.passage_max_length=128",
-           "eval.validation={_target_: multipos.evalsets.EvalSet, name: nfcorpus_dev, path: nfcorpus, "
+           "eval.validation={_target_: multipos.evaluation.sets.EvalSet, name: nfcorpus_dev, path: nfcorpus, "
            "split: dev, metrics: [ndcg@10], max_queries: 15, max_passages: 400}",
            "eval.test_sets.nfcorpus_test.max_queries=15", "eval.test_sets.nfcorpus_test.max_passages=400"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "MULTIPOS_CACHE": str(tmp_path / "cache")}

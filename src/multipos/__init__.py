@@ -1,24 +1,26 @@
 """multipos: training dense retrievers with multiple positive passages per query.
 
-Modules, by concept:
+Modules and subpackages, by concept:
 
-* the science: ``losses`` (objectives, one function per paper equation), ``groups`` (group construction and
-  masks), ``stages`` (training-stage plans: regimes, curriculum), ``diagnostics`` (Sec. 3.3 gradient diagnostics);
-* data: ``readers`` (file formats), ``sources`` (training data, BM25 / teacher ordering), ``dense_negatives``
-  (dense hard-negative mining and ANCE-style refresh), ``data`` (LightningDataModule), ``assets`` (data and
-  checkpoint locations), ``bm25`` (lexical baseline);
+* the science: ``losses`` (objectives, one function per paper equation), ``stages`` (training-stage plans:
+  regimes, curriculum), ``diagnostics`` (Sec. 3.3 gradient diagnostics);
+* ``data/``: ``readers`` (file formats), ``sources`` (training data, BM25 / teacher ordering), ``dense_negatives``
+  (dense hard-negative mining and ANCE-style refresh), ``groups`` (group construction and masks), ``budget``
+  (annotation budget), ``datamodule`` (LightningDataModule); ``assets`` (data and checkpoint locations);
 * query-side fine-tuning: ``passage_index`` (the frozen passage index, looked up by corpus row),
-  ``corpus_candidates`` (every corpus passage a candidate: exact objectives in chunks);
+  ``corpus_candidates`` (every corpus passage a candidate: exact objectives in chunks), ``weight_interpolation``
+  (WiSE-FT toward the starting weights);
 * the model and its training: ``model`` (dual encoder), ``module`` (LightningModule), ``distributed``
-  (cross-device negatives under DDP), ``grad_cache`` (GradCache), ``callbacks`` (retrieval validation),
-  ``loggers`` (W&B that never blocks);
-* retrieval and evaluation: ``encoding`` (encoding and the embedding cache), ``retrieval`` (FAISS and BM25 runs),
-  ``topk`` (exact top-k merge), ``shards`` / ``shard_job`` (sharded corpus encoding and search), ``evalsets``
-  (evaluation sets), ``metrics`` (ranx metrics), ``qa`` (DPR answer-match accuracy);
-* jobs and outputs: ``train`` / ``evaluate`` (the jobs behind ``train.py`` / ``evaluate.py``), ``eval_runner``
-  (evaluation shared by both jobs), ``equivalent_runs`` (config hash, equivalence key, reusing a finished run
-  that trained the same model), ``atomic`` (atomic writes), ``run_folder`` (the run directory: ``run_info.json``,
-  the one "finished" rule, finding runs, the training logs), ``report`` (tables, significance, plots).
+  (cross-device negatives under DDP), ``grad_cache`` (GradCache), ``callbacks`` (retrieval validation, resume
+  checkpoints, RNG states), ``loggers`` (W&B that never blocks);
+* ``retrieval/``: ``encoding`` (encoding and the embedding cache), ``dense`` (FAISS runs), ``bm25`` (lexical runs),
+  ``topk`` (exact top-k merge), ``shards`` / ``shard_job`` (sharded corpus encoding and search);
+* ``evaluation/``: ``sets`` (evaluation sets), ``metrics`` (ranx metrics), ``qa`` (DPR answer-match accuracy),
+  ``runner`` (evaluation shared by both jobs);
+* jobs and outputs: ``train`` / ``evaluate`` (the jobs behind ``train.py`` / ``evaluate.py``), ``equivalent_runs``
+  (config hash, equivalence key, reusing a finished run that trained the same model), ``atomic`` (atomic writes),
+  ``run_folder`` (the run directory: ``run_info.json``, the one "finished" rule, finding runs, the training logs),
+  ``report/`` (tables, significance, plots, the main job's summary).
 """
 
 from pathlib import Path
@@ -44,7 +46,7 @@ def auto_precision() -> str:
 
 def native_bf16() -> bool:
     """True where bf16 is native (:func:`auto_precision` is ``bf16-mixed``): ``${auto_bf16:}`` and the meaning of
-    ``bf16=None`` in :mod:`multipos.encoding`."""
+    ``bf16=None`` in :mod:`multipos.retrieval.encoding`."""
     return auto_precision() == "bf16-mixed"
 
 
@@ -60,7 +62,7 @@ def auto_workers() -> int:
 
 
 def _beir_sets(paths, split="test", metrics=("ndcg@10",)):
-    from multipos.evalsets import beir_sets
+    from multipos.evaluation.sets import beir_sets
 
     return beir_sets(paths, split, metrics)
 

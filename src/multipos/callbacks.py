@@ -1,6 +1,6 @@
 """Lightning callbacks: retrieval validation (dev nDCG@10 each epoch, used to select the checkpoint), the
 checkpoint that resuming starts from, and the RNG states saved with it. (The ANCE-style negative refresh lives with
-the dense miner it drives, :class:`multipos.dense_negatives.NegativeRefresh`, and the gradient diagnostics with their
+the dense miner it drives, :class:`multipos.data.dense_negatives.NegativeRefresh`, and the gradient diagnostics with their
 statistics, :mod:`multipos.diagnostics`.)"""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from multipos.evalsets import EvalSet
-from multipos.retrieval import dense_run
+from multipos.evaluation.sets import EvalSet
+from multipos.retrieval.dense import dense_run
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ class RetrievalValidation(L.Callback):
 
     Args: eval_set: the dev set; metric: the metric logged (monitored), one of the set's metrics;
     every_n_epochs: validation frequency; cache: embedding cache folder (None = no caching);
-    retrieval: keyword arguments of :func:`multipos.retrieval.dense_run` (k, batch_size, bf16,
+    retrieval: keyword arguments of :func:`multipos.retrieval.dense.dense_run` (k, batch_size, bf16,
     passage_max_length, index, index_options).
 
     Under data-parallel training (``trainer=ddp``) global rank 0 alone retrieves; the value is broadcast so every

@@ -9,7 +9,7 @@ global batch::
     positive_mask  [B_local, N_global]   this rank's groups start at column ``offset`` = Σ_{r < rank} N_r
     negative_mask  [B_local, N_global]   false negatives masked by passage id across ranks
 
-(:func:`multipos.groups.group_masks` with the global columns; one process is the special case ``columns`` =
+(:func:`multipos.data.groups.group_masks` with the global columns; one process is the special case ``columns`` =
 the local batch, ``offset`` = 0.) Query embeddings are not gathered: no objective uses queries as negatives,
 and each rank's loss needs only its own queries' rows.
 
@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from multipos.groups import group_masks
+from multipos.data.groups import group_masks
 
 __all__ = ["BatchLayout", "batch_layout", "gather_with_grad", "global_masks", "world", "is_rank_zero",
            "trainer_world_size", "check_launch"]
@@ -103,7 +103,7 @@ def batch_layout(n_queries: int, passage_ids: list[str] | None, n_passages: int)
         return BatchLayout(0, 1, (n_queries,), (n_passages,), tuple(passage_ids or ()), 0)
     if passage_ids is None or len(passage_ids) != n_passages:
         raise ValueError(f"cross-device negatives need Batch.passage_ids with one id per passage ({n_passages}), "
-                         f"got {None if passage_ids is None else len(passage_ids)} (multipos.data.Batch)")
+                         f"got {None if passage_ids is None else len(passage_ids)} (multipos.data.datamodule.Batch)")
     parts: list = [None] * size
     dist.all_gather_object(parts, (int(n_queries), list(passage_ids)))
     query_counts = tuple(n for n, _ in parts)
@@ -140,7 +140,7 @@ def gather_with_grad(local: Tensor, counts: tuple[int, ...]) -> Tensor:
 def global_masks(batch, layout: BatchLayout) -> tuple[Tensor, Tensor]:
     """Positive and negative masks [B_local, N_global] of this rank's queries over the global batch's columns.
 
-    One process: the batch's own masks (built by the same :func:`multipos.groups.group_masks` with the local
+    One process: the batch's own masks (built by the same :func:`multipos.data.groups.group_masks` with the local
     columns). Several: ``group_masks(batch.groups, layout.passage_ids, layout.offset)`` — positives in this
     rank's block, negatives every other column except passages judged for the query, whichever rank they came
     from. Masks are on the batch masks' device.
@@ -151,7 +151,7 @@ def global_masks(batch, layout: BatchLayout) -> tuple[Tensor, Tensor]:
         return batch.positive_mask, batch.negative_mask
     if batch.groups is None:
         raise ValueError("cross-device false-negative masking needs Batch.groups (judged passages per query); "
-                         "build batches with multipos.data.MultiPosDataModule.collate")
+                         "build batches with multipos.data.datamodule.MultiPosDataModule.collate")
     positive, negative = group_masks(batch.groups, layout.passage_ids, layout.offset)
     device = batch.positive_mask.device
     return positive.to(device), negative.to(device)

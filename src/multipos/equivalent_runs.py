@@ -8,7 +8,7 @@ Two hashes identify a run (both 16 hex digits of sha1 over the resolved config a
 * :func:`equivalence_key` — :func:`config_hash` of the config with the fields the run's stages ignore left out
   as well. Single-positive objectives (SingleLH takes the first positive, Rand1LH draws one per epoch) put one
   positive in every group whatever M (``data.max_positives``) and the positive selection are
-  (:meth:`multipos.groups.GroupBuilder.select_positives`), so the ratio figure's SingleLH cell at G=8, M=2
+  (:meth:`multipos.data.groups.GroupBuilder.select_positives`), so the ratio figure's SingleLH cell at G=8, M=2
   trains, bit for bit, the model of its cell at G=8, M=4; and Appendix B's first-M cells at G=16 are the
   figure's G=16 cells of the same objective.
 
@@ -46,11 +46,41 @@ NOT_COMPUTED = ("logger",)
 IGNORED_BY_SINGLE_POSITIVE = ("max_positives", "positive_selection")
 
 #: Files of a finished run directory copied by :func:`adopt` (glob patterns), besides ``model/`` and the files of
-#: :func:`multipos.eval_runner.write_results` (written there from the source's metrics and references).
+#: :func:`multipos.evaluation.runner.write_results` (written there from the source's metrics and references).
 RESULT_FILES = ("per_query.*.json", "run.*.trec", "references/*/per_query.*.json", "references/*/run.*.trec")
 
 
+#: Where classes named by ``_target_`` lived when their runs' hashes were first computed: a class's module moving
+#: (the data / evaluation / retrieval subpackages, 2026-11-24) does not change what a run computes, so the hash
+#: reads the old path. {current prefix: prefix in the hash}.
+HASHED_TARGET_PATHS = {
+    "multipos.data.sources.": "multipos.sources.",
+    "multipos.data.dense_negatives.": "multipos.dense_negatives.",
+    "multipos.data.readers.": "multipos.readers.",
+    "multipos.data.groups.": "multipos.groups.",
+    "multipos.data.datamodule.": "multipos.data.",
+    "multipos.evaluation.sets.": "multipos.evalsets.",
+    "multipos.evaluation.metrics.": "multipos.metrics.",
+    "multipos.retrieval.dense.": "multipos.retrieval.",
+}
+
+
+def _hashed_targets(node):
+    """``node`` with every ``_target_`` string mapped by :data:`HASHED_TARGET_PATHS`."""
+    if isinstance(node, dict):
+        out = {}
+        for k, v in node.items():
+            if k == "_target_" and isinstance(v, str):
+                v = next((old + v[len(new):] for new, old in HASHED_TARGET_PATHS.items() if v.startswith(new)), v)
+            out[k] = _hashed_targets(v)
+        return out
+    if isinstance(node, list):
+        return [_hashed_targets(v) for v in node]
+    return node
+
+
 def _digest(plain: dict) -> str:
+    plain = _hashed_targets(plain)
     for key in VOLATILE_KEYS:
         plain.pop(key, None)
     plain.get("trainer", {}).pop("enable_progress_bar", None)
@@ -133,7 +163,7 @@ def adopt(source: Path, run_dir: Path, info: dict) -> dict:
     ``status: complete``, ``reused_from`` and the source's ``stage_records``. ``wall_s`` is the time spent here.
     Raises FileNotFoundError when ``source`` has no ``metrics.json`` or ``model/``.
     """
-    from multipos.eval_runner import write_results  # the one results writer
+    from multipos.evaluation.runner import write_results  # the one results writer
 
     source, run_dir = Path(source), Path(run_dir)
     if not (source / "metrics.json").is_file() or not (source / "model").is_dir():

@@ -10,11 +10,11 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from multipos.assets import cache_dir
-from multipos.evalsets import EvalSet
-from multipos.metrics import add_average
-from multipos.readers import read_run
+from multipos.evaluation.sets import EvalSet
+from multipos.evaluation.metrics import add_average
+from multipos.data.readers import read_run
 from multipos.weight_interpolation import interpolate_toward_start
-from multipos.eval_runner import eval_sets, evaluate_sets, references, score_set, write_results
+from multipos.evaluation.runner import eval_sets, evaluate_sets, references, score_set, write_results
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import torch
 
 from multipos import distributed
 from multipos.corpus_candidates import corpus_scores, corpus_targets
-from multipos.data import Batch
+from multipos.data.datamodule import Batch
 from multipos.grad_cache import grad_cache_step
 from multipos.losses import HARDEST_NEGATIVE, ContrastiveLoss
 from multipos.model import DualEncoder

@@ -4,7 +4,7 @@ encoder, looked up by corpus row during training instead of being encoded.
 Query-side fine-tuning (DensePhrases, Lee et al., EMNLP 2021, Sec. 4.2 "query-side fine-tuning") keeps the passage
 encoder E_d at its starting checkpoint and trains only the query encoder E_q. The passage embeddings then never
 change, so they are computed once, through the same on-disk embedding cache as evaluation
-(:func:`multipos.encoding.cached_encode`, keyed by the passage encoder's weights, the corpus, the length and the
+(:func:`multipos.retrieval.encoding.cached_encode`, keyed by the passage encoder's weights, the corpus, the length and the
 precision): the zero-shot reference, the teacher ordering, the dev retrieval of every epoch and the final
 evaluation on the same corpus reuse them and encode only queries.
 
@@ -93,7 +93,7 @@ class FrozenPassageIndex:
         ``max_length`` / ``batch_size`` / ``bf16``: those of evaluation (``eval.passage_max_length``,
         ``eval.batch_size``, ``eval.bf16``), so that evaluation finds these embeddings in the cache.
         """
-        from multipos.encoding import cached_encode
+        from multipos.retrieval.encoding import cached_encode
 
         start = time.perf_counter()
         emb = cached_encode(model, list(ids), list(texts), cache, tag="frozen passage index", kind="passage",
@@ -131,7 +131,7 @@ def for_training(passages, model, corpus, cache: Path | None) -> FrozenPassageIn
     """The frozen passage index of a training run, or None for two-tower training (``passages.frozen`` false).
 
     Freezes ``model``'s passage encoder (:meth:`multipos.model.DualEncoder.freeze_passage_encoder`) and encodes
-    ``corpus`` (a :class:`multipos.readers.Corpus`) with ``passages.index`` through the embedding cache ``cache``.
+    ``corpus`` (a :class:`multipos.data.readers.Corpus`) with ``passages.index`` through the embedding cache ``cache``.
     """
     check_settings(passages)
     if not passages or not passages.get("frozen"):

@@ -2,7 +2,7 @@
 
 A run directory (``hydra.run.dir``, or one cell of a study's sweep folder) holds ``.hydra/`` (the composed config),
 ``run_info.json`` (status ``running`` | ``complete``, config hash, equivalence key, stages, wall time, device,
-``resumed_from``), ``metrics.json`` and the result files of :func:`multipos.eval_runner.write_results`,
+``resumed_from``), ``metrics.json`` and the result files of :func:`multipos.evaluation.runner.write_results`,
 ``model/``, ``checkpoints/`` and the Lightning CSV logs. This module is the only reader of ``run_info.json`` and
 the only place that decides:
 

@@ -3,7 +3,7 @@
 ``conf/stages/<plan>.yaml`` holds the plan (``stages=single`` by default, ``stages=curriculum`` for the
 paper's curriculum, Sec. 5 "Curriculum"). Each stage names:
 
-* ``regime`` — which positives the data side uses (:data:`multipos.groups.REGIMES`);
+* ``regime`` — which positives the data side uses (:data:`multipos.data.groups.REGIMES`);
 * ``objective`` — the contrastive objective (:data:`multipos.losses.OBJECTIVES`);
 * ``epochs`` — passes over the stage's training queries (0 skips the stage);
 * ``single_positive`` — ``auto`` (the objective's rule: SingleLH trains on the first positive, Rand1LH on one
@@ -28,7 +28,7 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
-from multipos.groups import REGIMES
+from multipos.data.groups import REGIMES
 from multipos.losses import SINGLE_POSITIVE, check_name
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 ``python train.py loss=<objective> data=<regime config> model=<encoder>`` or ``python train.py -m
 experiment=<study>`` (Hydra entry point at the repository root) calls :func:`train`. Outputs in the run
-directory (files listed in :mod:`multipos.eval_runner`), plus:
+directory (files listed in :mod:`multipos.evaluation.runner`), plus:
 
 * ``model/`` — the kept weights in HF and sentence-transformers format;
 * ``checkpoints/stage<i>/`` — Lightning checkpoints per stage (the newest state ``resume-epoch=E-step=S.ckpt``
@@ -45,7 +45,7 @@ from multipos.callbacks import RNGStateCheckpoint
 from multipos.distributed import check_launch, is_rank_zero, trainer_world_size
 from multipos.equivalent_runs import adopt, config_hash, equivalence_key, find_equivalent, register
 from multipos.run_folder import is_finished, keep_hydra_files, read_run_info, restore_hydra_files, write_run_info
-from multipos.eval_runner import eval_sets, evaluate_sets, references, retrieval_options, write_results
+from multipos.evaluation.runner import eval_sets, evaluate_sets, references, retrieval_options, write_results
 from multipos.loggers import log_config, log_final_metrics
 from multipos.losses import ContrastiveLoss
 from multipos.passage_index import check_settings as check_passages

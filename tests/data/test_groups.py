@@ -1,4 +1,4 @@
-"""Tests for ``multipos.groups``: positive regimes, group construction and batch masks."""
+"""Tests for ``multipos.data.groups``: positive regimes, group construction and batch masks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 import torch
 
-from multipos.groups import Group, GroupBuilder, TrainQuery, group_masks
+from multipos.data.groups import Group, GroupBuilder, TrainQuery, group_masks
 
 EPOCHS = range(40)
 

@@ -2,8 +2,8 @@
 
 Index kinds (config key ``eval.index``): ``flat`` (exact, the default), ``hnsw`` and ``ivf`` (approximate,
 for large corpora). Corpora too big for one index (21M × 768 float32 = 64 GB) are searched in shards
-(``search(..., shard_size=...)``) from a memory-mapped embedding cache (:func:`multipos.encoding.cached_encode`);
-shards written by several processes: :mod:`multipos.shards`. Encoding itself: :mod:`multipos.encoding`.
+(``search(..., shard_size=...)``) from a memory-mapped embedding cache (:func:`multipos.retrieval.encoding.cached_encode`);
+shards written by several processes: :mod:`multipos.retrieval.shards`. Encoding itself: :mod:`multipos.retrieval.encoding`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from multipos.readers import BeirDataset, Run
-from multipos.topk import merge_topk
+from multipos.data.readers import BeirDataset, Run
+from multipos.retrieval.topk import merge_topk
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ def shard_topk(index, queries: np.ndarray, k: int, size: int, query_batch_size: 
     FAISS picks arbitrarily among passages tied at its k-th score. Searching k + 1 tells whether a tie
     straddles the cut; while one does for some query, the search is repeated with k doubled, until every
     query's last hit scores below its k-th (or the shard is exhausted). Every passage scoring at least the
-    k-th score is then present, which makes :func:`multipos.topk.merge_topk` over shards exact.
+    k-th score is then present, which makes :func:`multipos.retrieval.topk.merge_topk` over shards exact.
     """
     want = min(k, size)
     depth = min(want + 1, size)
@@ -214,8 +214,8 @@ def search(query_emb: np.ndarray, passage_emb: np.ndarray, query_ids: list[str],
     index (+ Q·k·12 bytes of results). Exact for ``flat`` (equal to the unsharded run, ties at the k-th
     score included: :func:`shard_topk`); for hnsw/ivf every shard is its own approximate
     index. Queries are searched ``query_batch_size`` at a time (:func:`search_index`; HNSW with efSearch ≥ k).
-    Equal scores are ordered by passage row (:func:`multipos.topk.merge_topk`). Shards written to disk by
-    several processes: :mod:`multipos.shards`. Raises ValueError on mismatched ids/rows or k < 1.
+    Equal scores are ordered by passage row (:func:`multipos.retrieval.topk.merge_topk`). Shards written to disk by
+    several processes: :mod:`multipos.retrieval.shards`. Raises ValueError on mismatched ids/rows or k < 1.
     """
     if len(query_ids) != len(query_emb) or len(passage_ids) != len(passage_emb):
         raise ValueError(f"{len(query_ids)} query ids for {len(query_emb)} query rows, "
@@ -253,11 +253,11 @@ def dense_run(model, data: BeirDataset, k: int = 1000, batch_size: int = 64, bf1
     """Encode ``data``'s corpus and queries with ``model`` (a DualEncoder) and retrieve top-``k`` with FAISS.
 
     Corpus embeddings are cached under ``cache`` keyed by (weights, corpus, max length, pooling);
-    ``cache=None`` always re-encodes. ``index`` / ``index_options`` go to :func:`multipos.retrieval.search`
+    ``cache=None`` always re-encodes. ``index`` / ``index_options`` go to :func:`multipos.retrieval.dense.search`
     (``eval.index``, ``eval.faiss``: HNSW/IVF parameters, GPU use, corpus shards). ``bf16`` / ``device``: as in
-    :func:`multipos.encoding.encode` (None = bf16 where native; ``"auto"`` = the GPU when there is one).
+    :func:`multipos.retrieval.encoding.encode` (None = bf16 where native; ``"auto"`` = the GPU when there is one).
     """
-    from multipos.encoding import cached_encode, encode
+    from multipos.retrieval.encoding import cached_encode, encode
 
     pids = data.corpus.ids
     kw = dict(kind="passage", max_length=passage_max_length, batch_size=batch_size, bf16=bf16, progress=progress,
@@ -274,7 +274,7 @@ _BM25_CACHE: dict[str, Run] = {}
 
 def bm25_run(data: BeirDataset, k: int = 1000) -> Run:
     """BM25 top-``k`` run over ``data``'s corpus (bm25s, Lucene BM25 k1=0.9 b=0.4), memoised per process."""
-    from multipos.bm25 import BM25
+    from multipos.retrieval.bm25 import BM25
 
     key = f"{data.name}|{len(data.corpus)}|{len(data.queries)}|{k}"
     if key not in _BM25_CACHE:

@@ -17,7 +17,7 @@ SLURM array per rank).
 
 Exact search (:func:`search_shards`, :func:`distributed_search`): each shard is searched with a FAISS
 ``IndexFlatIP`` for its tie-complete top-k and the candidates are merged by (score descending, corpus row
-ascending) (:mod:`multipos.topk`), so the run is the same — ids and scores — whatever the number of shards or
+ascending) (:mod:`multipos.retrieval.topk`), so the run is the same — ids and scores — whatever the number of shards or
 processes, ties included.
 """
 
@@ -33,16 +33,16 @@ from pathlib import Path
 import numpy as np
 
 from multipos import atomic
-from multipos.readers import Run
-from multipos.retrieval import index_topk
-from multipos.topk import merge_topk
+from multipos.data.readers import Run
+from multipos.retrieval.dense import index_topk
+from multipos.retrieval.topk import merge_topk
 
 log = logging.getLogger(__name__)
 
 FORMAT = "multipos-shards/1"
 MANIFEST = "manifest.json"
 DTYPES = ("float32", "float16")
-#: Rows encoded per call of :func:`multipos.encoding.encode` (bounds the float32 buffer for float16 shards).
+#: Rows encoded per call of :func:`multipos.retrieval.encoding.encode` (bounds the float32 buffer for float16 shards).
 ENCODE_CHUNK = 1 << 16
 
 
@@ -73,7 +73,7 @@ def _dist():
 def _write_npy(path: Path, shape: tuple[int, int], dtype: str, fill) -> None:
     """Create ``path`` as an ``.npy`` memmap of ``shape``/``dtype`` under a temporary name, let ``fill(array)``
     write it, flush it and rename it into place; on any exception the temporary file is removed."""
-    from multipos.encoding import _preallocate
+    from multipos.retrieval.encoding import _preallocate
 
     tmp = atomic.temp_path(path)
     try:
@@ -124,7 +124,7 @@ def encode_shards(model, ids: list[str], texts: list[str], folder: str | os.Path
             are encoded).
         num_shards: shards in all (default: the world size); rank r encodes shards r, r + world, ….
         rank, world_size: default from the initialised ``torch.distributed`` group, else 0 and 1.
-        kind, max_length, batch_size, bf16: as :func:`multipos.encoding.encode` (``bf16=None``: where native);
+        kind, max_length, batch_size, bf16: as :func:`multipos.retrieval.encoding.encode` (``bf16=None``: where native);
             the model encodes on the device it is on.
         dtype: ``float32`` or ``float16`` on disk (float16 halves disk and page cache; search copies rows to
             float32 in chunks, so scores then differ from a float32 run by the fp16 rounding, ~1e-3 relative).
@@ -135,7 +135,7 @@ def encode_shards(model, ids: list[str], texts: list[str], folder: str | os.Path
 
     Raises ValueError for mismatched ids/texts, duplicate ids, an unknown dtype or a rank outside the world.
     """
-    from multipos.encoding import encode, native_bf16
+    from multipos.retrieval.encoding import encode, native_bf16
 
     _check_corpus(ids, len(texts), dtype)
     bf16 = native_bf16() if bf16 is None else bool(bf16)
@@ -176,7 +176,7 @@ def encode_shards(model, ids: list[str], texts: list[str], folder: str | os.Path
 def save_shards(emb: np.ndarray, ids: list[str], folder: str | os.PathLike, num_shards: int,
                 dtype: str = "float32") -> Path:
     """Write embeddings computed already (``emb`` [N, dim], array or memmap, e.g. a
-    :func:`multipos.encoding.cached_encode` file) as ``num_shards`` shards plus manifest, in this process →
+    :func:`multipos.retrieval.encoding.cached_encode` file) as ``num_shards`` shards plus manifest, in this process →
     manifest path. Rows are copied shard by shard. Raises ValueError as :func:`encode_shards`."""
     _check_corpus(ids, len(emb), dtype)
     folder = Path(folder)
@@ -214,7 +214,7 @@ class ShardedEmbeddings:
         folder = Path(folder)
         path = folder / MANIFEST
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: no shard manifest (encode the corpus with multipos.shards.encode_shards)")
+            raise FileNotFoundError(f"{path}: no shard manifest (encode the corpus with multipos.retrieval.shards.encode_shards)")
         meta = json.loads(path.read_text())
         if meta.get("format") != FORMAT:
             raise ValueError(f"{path}: field 'format' is {meta.get('format')!r}, expected {FORMAT!r}")
@@ -291,7 +291,7 @@ def search_shards(query_emb: np.ndarray, store: ShardedEmbeddings, query_ids: li
     ``query_emb`` [Q, dim] float. Shards are indexed and searched one at a time and merged into a running
     top-k, so peak memory is one shard's index plus Q·k·12 bytes. ``index_kind="flat"`` is exact and gives
     the same run whatever the sharding; ``hnsw`` / ``ivf`` (``**index_kw`` as
-    :func:`multipos.retrieval.build_index`) make every shard its own approximate index.
+    :func:`multipos.retrieval.dense.build_index`) make every shard its own approximate index.
     Raises ValueError for mismatched ids/rows, a wrong dim or k < 1.
     """
     queries = _check(query_emb, query_ids, store, k)

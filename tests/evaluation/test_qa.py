@@ -1,4 +1,4 @@
-"""Tests for multipos.qa: DPR-style top-k accuracy by answer-string match.
+"""Tests for multipos.evaluation.qa: DPR-style top-k accuracy by answer-string match.
 
 Fixtures (``tests/fixtures/dpr/``): a 6-passage ``psgs_w100.tsv`` and a 6-question ``nq-test.qa.csv``.
 Expected values are computed by hand in the comments.
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import regex
 
-from multipos import qa as qa_mod
-from multipos.qa import (
+from multipos.evaluation import qa as qa_mod
+from multipos.evaluation.qa import (
     QAPair,
     answer_accuracy,
     has_answer,
@@ -29,9 +29,9 @@ from multipos.qa import (
     simple_tokenize,
     top_passages,
 )
-from multipos.readers import Corpus, DataFormatError, Passage
+from multipos.data.readers import Corpus, DataFormatError, Passage
 
-FIX = Path(__file__).parent / "fixtures" / "dpr"
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "dpr"
 PSGS = FIX / "psgs_w100.tsv"
 QA_CSV = FIX / "nq-test.qa.csv"
 
@@ -75,7 +75,7 @@ def test_iter_passages_streams_before_a_later_error(tmp_path):
 
 
 def test_read_passages_id_filter(tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="multipos.qa"):
+    with caplog.at_level(logging.WARNING, logger="multipos.evaluation.qa"):
         c = read_dpr_passages(PSGS, ids={"6", "2", "404"})
     assert c.ids == ["2", "6"]  # file order, not request order
     assert "1 of the 3 requested passage ids were not found" in caplog.text
@@ -263,7 +263,7 @@ def test_has_answer_regex_mode(caplog):
     assert not has_answer([r"Ja(ck|ke)\s+Smith"], "said Jock Smith.", match="regex")
     assert has_answer(["cat"], "Category theory", match="regex")  # regex mode is a plain search: substrings match
     assert has_answer(["é"], "cafe\u0301", match="regex")           # both sides NFD
-    with caplog.at_level(logging.WARNING, logger="multipos.qa"):
+    with caplog.at_level(logging.WARNING, logger="multipos.evaluation.qa"):
         assert not has_answer(["(unclosed"], "(unclosed", match="regex")  # bad pattern matches nothing (DPR)
     assert "does not compile" in caplog.text
 
@@ -317,7 +317,7 @@ def test_top_passages_orders_by_score_then_insertion():
 
 
 def test_answer_accuracy_hand_computed(qa, corpus, caplog):
-    with caplog.at_level(logging.WARNING, logger="multipos.qa"):
+    with caplog.at_level(logging.WARNING, logger="multipos.evaluation.qa"):
         means, per_q = answer_accuracy(RUN, qa, corpus, ks=(1, 2, 3), per_query=True)
     assert list(means) == ["acc@1", "acc@2", "acc@3"]
     assert means == pytest.approx({"acc@1": 1 / 6, "acc@2": 2 / 6, "acc@3": 3 / 6})

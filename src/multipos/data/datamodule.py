@@ -9,8 +9,8 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from multipos.budget import AnnotationBudget
-from multipos.groups import REGIMES, Group, GroupBuilder, TrainQuery, group_masks, negative_shortfall
+from multipos.data.budget import AnnotationBudget
+from multipos.data.groups import REGIMES, Group, GroupBuilder, TrainQuery, group_masks, negative_shortfall
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +21,7 @@ class Batch:
 
     query: tokenizer output, tensors [B, Lq]; passages: tokenizer output, [B·G, Lp], or None when the passages are
     looked up in a frozen passage index instead of encoded (query-side fine-tuning, :mod:`multipos.passage_index`);
-    positive_mask / negative_mask: bool [B, B·G] (see :func:`multipos.groups.group_masks`);
+    positive_mask / negative_mask: bool [B, B·G] (see :func:`multipos.data.groups.group_masks`);
     query_ids: [B]; passage_ids: [B·G], the id of each column; groups: the B groups (judged passages per query,
     for the masks over a global batch in data-parallel training, :mod:`multipos.distributed`).
     """
@@ -127,7 +127,7 @@ class MultiPosDataModule(L.LightningDataModule):
     """Training data for multi-positive contrastive learning.
 
     Args:
-        source: object with ``load() -> (Corpus, list[TrainQuery])`` (see :mod:`multipos.sources`).
+        source: object with ``load() -> (Corpus, list[TrainQuery])`` (see :mod:`multipos.data.sources`).
         name: label used in run names.
         tokenizer: HF checkpoint name/path whose tokenizer is used (normally ``${model.name_or_path}``).
         regime: default positive regime (``homogeneous`` | ``heterogeneous`` | ``gold`` | ``all``), used by
@@ -137,7 +137,7 @@ class MultiPosDataModule(L.LightningDataModule):
         negative_selection: ``first`` | ``random`` (hard negatives per epoch).
         batch_size: queries per batch (B); query_max_length, passage_max_length: tokens.
         budget: annotation-budget allocation ``{positives_per_query, query_fraction, seed, pool_min_positives}``
-            (:class:`multipos.budget.AnnotationBudget`), or None for every query with all its positives.
+            (:class:`multipos.data.budget.AnnotationBudget`), or None for every query with all its positives.
         seed: seed for group construction and shuffling; num_workers: DataLoader workers.
 
     ``tokenize_passages`` (attribute, default True): set to False by query-side fine-tuning, whose batches carry the
@@ -193,7 +193,7 @@ class MultiPosDataModule(L.LightningDataModule):
 
     def set_negatives(self, pools: dict[str, list[str]] | None) -> None:
         """Build groups from ``pools`` ({query id → hard negatives, best first}) instead of the source's mined
-        negatives from the next group on (the dense refresh, :class:`multipos.dense_negatives.NegativeRefresh`);
+        negatives from the next group on (the dense refresh, :class:`multipos.data.dense_negatives.NegativeRefresh`);
         None goes back to the source's. Queries absent from ``pools`` keep theirs."""
         self.negative_pools = pools
         if self.dataset is not None:
@@ -289,7 +289,7 @@ class MultiPosDataModule(L.LightningDataModule):
 
             check_tokenizer(self.tokenizer, model.query_encoder, f"data.tokenizer={self.tokenizer_name}")
         if self.trainer is not None:
-            from multipos.dense_negatives import check_refresh_callback
+            from multipos.data.dense_negatives import check_refresh_callback
 
             check_refresh_callback(self.trainer, self.source)
         ranks = (self.trainer.world_size, self.trainer.global_rank) if self.trainer is not None else (1, 0)

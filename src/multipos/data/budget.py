@@ -7,7 +7,7 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from multipos.groups import TrainQuery
+from multipos.data.groups import TrainQuery
 
 #: The keys of ``data.budget``.
 BUDGET_KEYS = ("positives_per_query", "query_fraction", "seed", "pool_min_positives")
@@ -51,7 +51,7 @@ class AnnotationBudget:
     def apply(self, queries: list[TrainQuery], regime: str) -> list[TrainQuery]:
         """round(f · |pool|) queries of the pool drawn with ``random.Random(seed)`` (the same subset for the same
         seed), sorted by query id, each keeping its first m positives under ``regime`` (annotation order). Returns
-        new :class:`~multipos.groups.TrainQuery` objects; judged passages are unchanged (a dropped label is still
+        new :class:`~multipos.data.groups.TrainQuery` objects; judged passages are unchanged (a dropped label is still
         never used as a negative). Raises ValueError when the pool is empty."""
         need = self.positives_per_query if self.pool_min_positives is None else self.pool_min_positives
         pool = [q for q in queries if len(q.positives(regime)) >= need]

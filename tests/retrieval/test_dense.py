@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from multipos.retrieval import build_index, default_nlist, gpu_available, search, search_index
+from multipos.retrieval.dense import build_index, default_nlist, gpu_available, search, search_index
 
 
 def _clustered(n: int, dim: int, n_queries: int, seed: int = 0, clusters: int = 20):
@@ -220,7 +220,7 @@ def test_auto_moves_flat_and_ivf_to_gpus_when_present(fake_gpus, caplog):
     assert build_index(p, "ivf", nlist=4, nprobe=2).ntotal == 300
     # moved while empty (the corpus is added on the GPU), the IVF index untrained (k-means on the GPU)
     assert fake_gpus == [("IndexFlatIP", 0, True, None), ("IndexIVFFlat", 0, False, 2)]
-    with caplog.at_level(logging.INFO, logger="multipos.retrieval"):
+    with caplog.at_level(logging.INFO, logger="multipos.retrieval.dense"):
         assert type(build_index(p, "hnsw", hnsw_m=4, ef_construction=8)) is faiss.IndexHNSWFlat
     assert len(fake_gpus) == 2 and "no GPU HNSW" in caplog.text
     build_index(p, "flat", use_gpu=False)

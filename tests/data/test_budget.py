@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from multipos.budget import apply_budget
-from multipos.groups import TrainQuery
-from multipos.readers import read_qrels, read_queries
+from multipos.data.budget import apply_budget
+from multipos.data.groups import TrainQuery
+from multipos.data.readers import read_qrels, read_queries
 from tests.helpers import compose_cfg
 
 CELLS = [(1, 1.0), (2, 0.5), (3, 1 / 3), (4, 0.25)]

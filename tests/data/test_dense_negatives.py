@@ -1,4 +1,4 @@
-"""Dense hard negatives (multipos.dense_negatives): the exclusion rule, the dense top-k, the cache keyed by weights
+"""Dense hard negatives (multipos.data.dense_negatives): the exclusion rule, the dense top-k, the cache keyed by weights
 and corpus, and the ANCE-style refresh during training, including a run resumed mid-epoch."""
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ import lightning as L
 import pytest
 import torch
 
-from multipos import encoding, retrieval
-from multipos.dense_negatives import check_refresh_callback, mine_dense_negatives
+from multipos.retrieval import encoding
+from multipos.retrieval import dense as retrieval
+from multipos.data.dense_negatives import check_refresh_callback, mine_dense_negatives
 from multipos.model import DualEncoder
-from multipos.readers import read_qrels
-from multipos.sources import BeirGradedSource, TevatronSource
+from multipos.data.readers import read_qrels
+from multipos.data.sources import BeirGradedSource, TevatronSource
 from tests.helpers import compose_cfg, tiny_overrides
 
 QRELS = "qrels-graded/train.s-3.qrel"
@@ -146,7 +147,7 @@ def test_refresh_every_k_epochs_and_a_resumed_run_trains_on_the_same_pools(tiny_
 
     extra = ["data.source.negatives=dense", "data.source.negative_refresh_epochs=2", "trainer.max_epochs=5",
              "eval.references=false", "eval.validation=null", "callbacks.model_checkpoint.every_n_train_steps=1",
-             "+callbacks.pool_recorder={_target_: tests.test_dense_negatives.PoolRecorder}"]
+             "+callbacks.pool_recorder={_target_: tests.data.test_dense_negatives.PoolRecorder}"]
     PoolRecorder.runs.clear()
     full = tmp_path / "full"
     train(compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, full, *extra)))
@@ -192,7 +193,7 @@ def test_dataloader_workers_build_groups_from_the_refreshed_pools(tiny_beir, tin
         tiny_beir, tiny_bert, tmp_path / "run", "data.source.negatives=dense", "data.source.negative_refresh_epochs=1",
         "data.num_workers=1", "data.negative_selection=first", "trainer.max_epochs=2", "module.optimizer.lr=0.01",
         "eval.references=false", "eval.validation=null",
-        "+callbacks.pool_recorder={_target_: tests.test_dense_negatives.PoolRecorder}")))
+        "+callbacks.pool_recorder={_target_: tests.data.test_dense_negatives.PoolRecorder}")))
     rec = PoolRecorder.runs[-1]
     refreshed = json.loads(next(iter(rec["pools"][1])))
     _, queries = BeirGradedSource(str(tiny_beir), QRELS, negative_depth=20, negatives="dense", negative_model=str(tiny_bert),
@@ -206,7 +207,7 @@ def test_dataloader_workers_build_groups_from_the_refreshed_pools(tiny_beir, tin
 
 @pytest.mark.parametrize("negatives", ["bm25", "dense"])
 def test_tevatron_source_mines_over_a_negative_corpus_without_its_positives(tiny_beir, tiny_bert, cache, negatives):
-    fixture = Path(__file__).parent / "fixtures" / "tevatron_train.jsonl"
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "tevatron_train.jsonl"
     given = {q.query_id: q for q in TevatronSource(str(fixture)).load()[1]}
     corpus, queries = TevatronSource(str(fixture), negatives=negatives, negative_depth=5, negative_model=str(tiny_bert),
                                      negative_encoder=ENCODER, negative_corpus=str(tiny_beir / "corpus.jsonl")).load()

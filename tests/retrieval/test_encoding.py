@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from multipos import encoding
-from multipos.encoding import cached_encode, encode
+from multipos.retrieval import encoding
+from multipos.retrieval.encoding import cached_encode, encode
 
 
 def _ids(prefix: str, n: int) -> list[str]:
@@ -111,7 +111,7 @@ def test_leftover_or_wrong_files_are_not_cache_hits(model, corpus, tmp_path, cap
     key = name.removesuffix(".npy")
     np.save(folder / f"{key}.4242-deadbeef.tmp.npy", np.zeros((40, model.hidden_size), np.float32))  # killed run
     np.save(folder / name, np.zeros((39, model.hidden_size), np.float32))  # wrong corpus size
-    with caplog.at_level(logging.WARNING, logger="multipos.encoding"):
+    with caplog.at_level(logging.WARNING, logger="multipos.retrieval.encoding"):
         emb = cached_encode(model, ids, texts, tmp_path, "t", memmap_threshold=10, **KW)
     np.testing.assert_array_equal(np.asarray(emb), encode(model, texts, **KW))
     assert "leftover partial" in caplog.text and "expected" in caplog.text
@@ -166,7 +166,7 @@ def test_truncated_cache_file_is_rebuilt(model, corpus, tmp_path, caplog, thresh
     [path] = (tmp_path / "embeddings").iterdir()
     data = path.read_bytes()
     path.write_bytes(data[: int(len(data) * keep)])  # e.g. copied or written by a tool that was interrupted
-    with caplog.at_level(logging.WARNING, logger="multipos.encoding"):
+    with caplog.at_level(logging.WARNING, logger="multipos.retrieval.encoding"):
         emb = cached_encode(model, ids, texts, tmp_path, "t", memmap_threshold=threshold, **KW)
     assert "unreadable" in caplog.text
     np.testing.assert_array_equal(np.asarray(emb), ref)

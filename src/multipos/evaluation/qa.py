@@ -36,7 +36,7 @@ dropping the title line).
 Typical use::
 
     qa = read_dpr_qa("nq-test.qa.csv")
-    run = read_run("run.nq-test.trec")                      # multipos.readers.read_run
+    run = read_run("run.nq-test.trec")                      # multipos.data.readers.read_run
     corpus = read_dpr_passages("psgs_w100.tsv", ids=run_passage_ids(run, depth=100))
     answer_accuracy(run, qa, corpus)                       # {"acc@20": …, "acc@100": …}
 """
@@ -58,7 +58,7 @@ from typing import Literal
 
 import regex
 
-from multipos.readers import Corpus, DataFormatError, Passage, Run, iter_jsonl
+from multipos.data.readers import Corpus, DataFormatError, Passage, Run, iter_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ def iter_dpr_passages(path: str | os.PathLike) -> Iterator[tuple[int, Passage]]:
 
 
 def read_dpr_passages(path: str | os.PathLike, ids: Collection[str] | None = None) -> Corpus:
-    """Read DPR's Wikipedia passages (``psgs_w100.tsv``) into a :class:`multipos.readers.Corpus`.
+    """Read DPR's Wikipedia passages (``psgs_w100.tsv``) into a :class:`multipos.data.readers.Corpus`.
 
     The file is streamed (format: see :func:`iter_dpr_passages`); each line becomes
     ``Passage(id, title, text)`` with the id kept as a string ("1" … "21015324"), in file order.
@@ -396,7 +396,7 @@ def top_passages(docs: dict[str, float], k: int) -> list[str]:
     """The ``k`` passage ids with the highest scores, best first.
 
     Ties keep the order of ``docs`` (a stable sort; for a run read with
-    :func:`multipos.readers.read_run` that is the TREC file's line order, which is also the order
+    :func:`multipos.data.readers.read_run` that is the TREC file's line order, which is also the order
     pyserini's ``convert_trec_run_to_dpr_retrieval_run`` keeps). Raises ValueError on a NaN score.
     """
     if any(math.isnan(s) for s in docs.values()):
@@ -426,7 +426,7 @@ def answer_accuracy(run: Run, qa: dict[str, QAPair], corpus: Corpus, ks: Iterabl
     questions of ``qa``.
 
     Args:
-        run: {query id → {passage id → score}} (:data:`multipos.readers.Run`); higher is better.
+        run: {query id → {passage id → score}} (:data:`multipos.data.readers.Run`); higher is better.
             Depth beyond ``max(ks)`` is ignored.
         qa: {query id → QAPair} from :func:`read_dpr_qa`; defines the question set.
         corpus: passages by id (:func:`read_dpr_passages`); must hold every passage in the top
@@ -438,7 +438,7 @@ def answer_accuracy(run: Run, qa: dict[str, QAPair], corpus: Corpus, ks: Iterabl
     Returns:
         ``{"acc@20": float, "acc@100": float}`` — fractions in [0, 1], not percent — in ``ks`` order;
         with ``per_query=True`` the tuple ``(means, {"acc@20": {qid: 0.0 | 1.0}, …})`` with every
-        question of ``qa``, like :func:`multipos.metrics.evaluate_run`.
+        question of ``qa``, like :func:`multipos.evaluation.metrics.evaluate_run`.
 
     Questions of ``qa`` absent from ``run`` (or with no passages) score 0 at every k (logged). Run
     queries not in ``qa`` are ignored with a warning giving their count.

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from hydra.utils import instantiate
 
-from multipos.evalsets import EvalSet, beir_sets
-from multipos.metrics import add_average, evaluate_run
-from multipos.readers import DataFormatError, load_beir, read_qrels, read_run
+from multipos.evaluation.sets import EvalSet, beir_sets
+from multipos.evaluation.metrics import add_average, evaluate_run
+from multipos.data.readers import DataFormatError, load_beir, read_qrels, read_run
 from tests.helpers import CONF, compose_cfg
 
 EVAL_CONFIGS = sorted(p.stem for p in (Path(CONF) / "eval").glob("*.yaml") if p.stem not in ("settings", "beir"))
@@ -238,7 +238,7 @@ def test_nq_test_config_scores_answer_match_accuracy(tmp_path, monkeypatch):
     from multipos.evaluate import evaluate
 
     assets = tmp_path / "assets"
-    shutil.copytree(Path(__file__).parent / "fixtures" / "dpr", assets / "data" / "nq-dpr")
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "dpr", assets / "data" / "nq-dpr")
     monkeypatch.setenv("MULTIPOS_ASSETS", str(assets))
     # q0 (Daei): answer passage 2 at rank 1; q2 (Paris): passage 6 at rank 3; q3 (Aaron): passage 1 at rank 2;
     # q4 ('cat'): passage 5 says "Category" — not an answer match; q1, q5: absent from the run.
@@ -254,7 +254,7 @@ def test_nq_test_config_scores_answer_match_accuracy(tmp_path, monkeypatch):
 
 
 def test_qa_set_rejects_qrels_metrics():
-    from multipos.evalsets import QAEvalSet
+    from multipos.evaluation.sets import QAEvalSet
 
     with pytest.raises(ValueError, match="acc@k metrics only"):
         QAEvalSet("nq", "nq-dpr", metrics=["ndcg@10"])

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from multipos.evalsets import EvalSet
-from multipos.metrics import evaluate_run
-from multipos.retrieval import dense_run
-from multipos.retrieval import search
+from multipos.evaluation.sets import EvalSet
+from multipos.evaluation.metrics import evaluate_run
+from multipos.retrieval.dense import dense_run
+from multipos.retrieval.dense import search
 
 
 def test_metrics_match_hand_computed():

@@ -1,5 +1,5 @@
-"""Tests for ``multipos.readers`` (BEIR, TREC qrels/runs, Tevatron JSONL / HF datasets) and
-``multipos.sources.TevatronSource``."""
+"""Tests for ``multipos.data.readers`` (BEIR, TREC qrels/runs, Tevatron JSONL / HF datasets) and
+``multipos.data.sources.TevatronSource``."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from multipos.groups import TrainQuery
-from multipos.readers import (Corpus, DataFormatError, Passage, iter_jsonl, load_beir, load_tevatron_hf,
+from multipos.data.groups import TrainQuery
+from multipos.data.readers import (Corpus, DataFormatError, Passage, iter_jsonl, load_beir, load_tevatron_hf,
                               read_corpus, read_qrels, read_queries, read_run, read_tevatron, write_run)
-from multipos.sources import TevatronSource
+from multipos.data.sources import TevatronSource
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tevatron_train.jsonl"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tevatron_train.jsonl"
 
 CORPUS = [
     {"_id": "d1", "title": "Statins", "text": "Statins lower LDL cholesterol."},

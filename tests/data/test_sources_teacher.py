@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from multipos.model import DualEncoder
-from multipos.readers import read_corpus, read_queries
-from multipos.encoding import encode
-from multipos.sources import BeirGradedSource, teacher_order
+from multipos.data.readers import read_corpus, read_queries
+from multipos.retrieval.encoding import encode
+from multipos.data.sources import BeirGradedSource, teacher_order
 
 
 @pytest.fixture

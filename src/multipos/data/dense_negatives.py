@@ -1,7 +1,7 @@
 """Dense hard negatives: mined with a dual encoder and FAISS, cached, and refreshed during training (ANCE).
 
 * :func:`mine_dense_negatives` — each query's top passages under a dense model minus every judged passage
-  (the rule of the BM25 miner: :func:`multipos.groups.unjudged_negatives`), cached by the model's weights
+  (the rule of the BM25 miner: :func:`multipos.data.groups.unjudged_negatives`), cached by the model's weights
   and the corpus.
 * :func:`mine_with_checkpoint` — the same with a checkpoint loaded by name (``data.source.negatives: dense``,
   by default the starting checkpoint ``${model.name_or_path}``).
@@ -32,8 +32,8 @@ import torch
 
 from multipos import atomic
 from multipos.assets import cache_dir
-from multipos.readers import Corpus
-from multipos.groups import unjudged_negatives
+from multipos.data.readers import Corpus
+from multipos.data.groups import unjudged_negatives
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +93,8 @@ def mine_dense_negatives(model, corpus: Corpus, queries: dict[str, str], judged:
                          index_options: dict | None = None, embedding_cache=None, cache: bool = True,
                          progress: bool = True) -> dict[str, list[str]]:
     """Dense hard negatives: for each query, its ``depth`` best-scoring passages under ``model`` (inner product of
-    :func:`multipos.encoding.encode` embeddings, FAISS ``index`` over the whole corpus) that are not judged for it
-    (any grade, 0 included: :func:`multipos.groups.unjudged_negatives`).
+    :func:`multipos.retrieval.encoding.encode` embeddings, FAISS ``index`` over the whole corpus) that are not judged for it
+    (any grade, 0 included: :func:`multipos.data.groups.unjudged_negatives`).
 
     Args:
         model: a :class:`~multipos.model.DualEncoder` (its query and passage encoders, pooling, normalisation and
@@ -102,20 +102,20 @@ def mine_dense_negatives(model, corpus: Corpus, queries: dict[str, str], judged:
         corpus: the passages searched ([N] passages, encoded with ``model.passage_max_length`` tokens).
         queries: {query id → text}; judged: {query id → judged passage ids}, excluded from its negatives.
         depth: negatives kept per query (≥ 1); fewer only when the corpus runs out of unjudged passages.
-        batch_size, bf16 (None = where native), device: encoding, see :func:`multipos.encoding.encode`
+        batch_size, bf16 (None = where native), device: encoding, see :func:`multipos.retrieval.encoding.encode`
             (``device=None`` encodes where the model is: the refresh during training).
-        index, index_options: :func:`multipos.retrieval.build_index` kind and options (``flat`` = exact top-k).
-        embedding_cache: folder for :func:`multipos.encoding.cached_encode` (None = passages not cached).
+        index, index_options: :func:`multipos.retrieval.dense.build_index` kind and options (``flat`` = exact top-k).
+        embedding_cache: folder for :func:`multipos.retrieval.encoding.cached_encode` (None = passages not cached).
         cache: keep the pools in ``<cache>/negatives/dense-<key>.npz`` (written atomically), keyed by the weights
             (:meth:`DualEncoder.fingerprint` of both encoders, pooling and normalisation), the corpus
-            (:func:`multipos.encoding.corpus_digest` of ids and texts), the queries with their judged passages,
+            (:func:`multipos.retrieval.encoding.corpus_digest` of ids and texts), the queries with their judged passages,
             depth, max lengths, precision and index: a second call with the same inputs encodes nothing.
 
     Returns {query id → passage ids, best first}, in ``queries`` order. Cost: one encoding pass over the corpus
     and the queries plus one FAISS search (docs/hard-negatives.md). Raises ValueError for depth < 1.
     """
-    from multipos.encoding import cached_encode, corpus_digest, encode, native_bf16
-    from multipos.retrieval import build_index, search_index
+    from multipos.retrieval.encoding import cached_encode, corpus_digest, encode, native_bf16
+    from multipos.retrieval.dense import build_index, search_index
 
     if depth < 1:
         raise ValueError(f"data.source.negative_depth must be >= 1, got {depth}")
@@ -185,7 +185,7 @@ class NegativeRefresh(L.Callback):
     Every ``K = data.source.negative_refresh_epochs`` epochs (read from the data module's source; None = idle) it
     re-mines at the end of epoch e with (e + 1) % K == 0, unless e is the stage's last epoch, via
     :func:`mine_dense_negatives` with the current model over the source's corpus and all its queries, depth
-    ``data.source.negative_depth``, and hands the pools to :meth:`multipos.data.MultiPosDataModule.set_negatives`:
+    ``data.source.negative_depth``, and hands the pools to :meth:`multipos.data.datamodule.MultiPosDataModule.set_negatives`:
     epochs K..2K−1 build their groups from the pools mined after epoch K−1, and so on; epochs 0..K−1 from the
     source's (``data.source.negatives``: BM25 or the starting checkpoint). Groups stay a function of
     (seed, epoch, query) given the pools. Each training stage starts again from the source's pools.
@@ -212,7 +212,7 @@ class NegativeRefresh(L.Callback):
         self._digest: str | None = None
 
     def _corpus_digest(self, datamodule) -> str:
-        from multipos.encoding import corpus_digest
+        from multipos.retrieval.encoding import corpus_digest
 
         if self._digest is None:
             self._digest = corpus_digest(datamodule.corpus.ids, datamodule.corpus.texts())
@@ -268,5 +268,5 @@ def check_refresh_callback(trainer: L.Trainer, source) -> None:
     every = getattr(source, "negative_refresh_epochs", None)
     if every and not any(isinstance(cb, NegativeRefresh) for cb in trainer.callbacks):
         raise ValueError(f"data.source.negative_refresh_epochs={every} needs the callbacks.negative_refresh callback "
-                         "(multipos.dense_negatives.NegativeRefresh, conf/callbacks/default.yaml); this run's "
+                         "(multipos.data.dense_negatives.NegativeRefresh, conf/callbacks/default.yaml); this run's "
                          "callbacks config has none")

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from multipos.shards import (
+from multipos.retrieval.shards import (
     MANIFEST,
     ShardedEmbeddings,
     distributed_search,
@@ -19,7 +19,7 @@ from multipos.shards import (
     shard_bounds,
     shards_for_memory,
 )
-from multipos.topk import merge_topk
+from multipos.retrieval.topk import merge_topk
 
 
 def _exact_run(q: np.ndarray, p: np.ndarray, qids, pids, k: int) -> dict:
@@ -75,7 +75,7 @@ def test_merge_orders_by_score_then_row():
 def test_exact_topk_with_ties_is_the_same_for_every_sharding(tmp_path, n_queries):
     """Small-integer embeddings with many duplicate passages: scores are exact integers, so hundreds of
     passages tie at the k-th score; every sharding and the single index give the brute-force top-k."""
-    from multipos.retrieval import search
+    from multipos.retrieval.dense import search
 
     rng = np.random.default_rng(0)
     p = rng.integers(-1, 3, (12, 8))[rng.integers(0, 12, 300)].astype(np.float32)  # 12 distinct rows
@@ -92,7 +92,7 @@ def test_exact_topk_with_ties_is_the_same_for_every_sharding(tmp_path, n_queries
 
 @pytest.fixture(scope="module")
 def tiny_setup(tiny_bert, tiny_beir):
-    from multipos.evalsets import EvalSet
+    from multipos.evaluation.sets import EvalSet
     from multipos.model import DualEncoder
 
     model = DualEncoder(str(tiny_bert), pooling="mean", normalize=False, passage_max_length=64)
@@ -103,13 +103,13 @@ def tiny_setup(tiny_bert, tiny_beir):
 def _dense_reference(model, data, k):
     """The single-process path: cached-encode the corpus in one piece, one FAISS index (batch size 1 so that
     every passage is encoded alone and its embedding does not depend on its batch)."""
-    from multipos.retrieval import dense_run
+    from multipos.retrieval.dense import dense_run
 
     return dense_run(model, data, k=k, batch_size=1, bf16=False, cache=None, progress=False)
 
 
 def test_sharded_encoding_equals_dense_run(tiny_setup, tmp_path):
-    from multipos.encoding import encode
+    from multipos.retrieval.encoding import encode
 
     model, data = tiny_setup
     pids = data.corpus.ids
@@ -139,9 +139,9 @@ def _worker(rank: int, world: int, init: str, bert: str, beir: str, out: str, k:
     import torch
     import torch.distributed as dist
 
-    from multipos.evalsets import EvalSet
+    from multipos.evaluation.sets import EvalSet
     from multipos.model import DualEncoder
-    from multipos.encoding import encode
+    from multipos.retrieval.encoding import encode
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
@@ -197,7 +197,7 @@ def test_bad_folders_raise_clear_errors(tmp_path):
 
 
 def test_failed_shard_write_leaves_nothing(tmp_path, monkeypatch):
-    from multipos import shards
+    from multipos.retrieval import shards
 
     def boom(out):
         raise RuntimeError("encoder failed")
@@ -210,11 +210,11 @@ def test_failed_shard_write_leaves_nothing(tmp_path, monkeypatch):
 def test_shard_job_writes_the_dense_run_and_reuses_its_shards(tiny_bert, tiny_beir, tmp_path, caplog):
     import logging
 
-    from multipos.evalsets import EvalSet
-    from multipos.retrieval import dense_run
+    from multipos.evaluation.sets import EvalSet
+    from multipos.retrieval.dense import dense_run
     from multipos.model import DualEncoder
-    from multipos.readers import read_run
-    from multipos.shard_job import main
+    from multipos.data.readers import read_run
+    from multipos.retrieval.shard_job import main
 
     args = ["--model", str(tiny_bert), "--data", str(tiny_beir), "--split", "test", "--out", str(tmp_path),
             "--num-shards", "3", "--k", "10", "--batch-size", "1", "--no-bf16"]
@@ -227,7 +227,7 @@ def test_shard_job_writes_the_dense_run_and_reuses_its_shards(tiny_bert, tiny_be
         assert list(run[q]) == list(expected[q])
         assert np.allclose(list(run[q].values()), list(expected[q].values()), rtol=1e-5)
     stamp = (tmp_path / "shard-00000.npy").stat().st_mtime_ns
-    with caplog.at_level(logging.INFO, logger="multipos.shard_job"):
+    with caplog.at_level(logging.INFO, logger="multipos.retrieval.shard_job"):
         main(args)
     assert "reusing the shards" in caplog.text
     assert (tmp_path / "shard-00000.npy").stat().st_mtime_ns == stamp

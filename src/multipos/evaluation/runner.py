@@ -24,16 +24,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from multipos import atomic
 from multipos.assets import cache_dir
-from multipos.evalsets import EvalSet
-from multipos.metrics import add_average
-from multipos.retrieval import bm25_run, dense_run
-from multipos.readers import write_run
+from multipos.evaluation.sets import EvalSet
+from multipos.evaluation.metrics import add_average
+from multipos.retrieval.dense import bm25_run, dense_run
+from multipos.data.readers import write_run
 
 log = logging.getLogger(__name__)
 
 
 def retrieval_options(cfg: DictConfig) -> dict:
-    """Keyword arguments of :func:`multipos.retrieval.dense_run` from ``cfg.eval`` (encoding and FAISS settings)."""
+    """Keyword arguments of :func:`multipos.retrieval.dense.dense_run` from ``cfg.eval`` (encoding and FAISS settings)."""
     faiss = OmegaConf.to_container(cfg.eval.faiss) if cfg.eval.get("faiss") else {}
     return dict(k=cfg.eval.k, batch_size=cfg.eval.batch_size, bf16=cfg.eval.bf16,
                 passage_max_length=cfg.eval.passage_max_length, index=cfg.eval.index, index_options=faiss)

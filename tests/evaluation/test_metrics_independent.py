@@ -1,6 +1,6 @@
-"""Independent check of :func:`multipos.metrics.evaluate_run` (ranx) on a real run.
+"""Independent check of :func:`multipos.evaluation.metrics.evaluate_run` (ranx) on a real run.
 
-A BM25 run (``multipos.bm25.BM25``, top-1000) over NFCorpus test (3,633 passages, 323 judged queries,
+A BM25 run (``multipos.retrieval.bm25.BM25``, top-1000) over NFCorpus test (3,633 passages, 323 judged queries,
 grades 1 and 2; shared assets, skipped without them) is scored three ways and compared per query and
 on the means to 1e-6:
 
@@ -36,8 +36,8 @@ import math
 
 import pytest
 
-from multipos.evalsets import EvalSet
-from multipos.metrics import evaluate_run
+from multipos.evaluation.sets import EvalSet
+from multipos.evaluation.metrics import evaluate_run
 
 METRICS = ("ndcg@10", "mrr@10", "recall@10", "recall@100", "recall@1000")
 BINARY = tuple(m for m in METRICS if not m.startswith("ndcg"))
@@ -64,7 +64,7 @@ def untie(run: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
 @pytest.fixture(scope="module")
 def nfcorpus_bm25(assets):
     """(qrels, raw BM25 run, untied run) on NFCorpus test."""
-    from multipos.bm25 import BM25
+    from multipos.retrieval.bm25 import BM25
 
     data = EvalSet("nfcorpus_test", "nfcorpus", split="test").load()
     raw = BM25(data.corpus).search(data.queries, k=1000)

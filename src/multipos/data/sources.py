@@ -7,9 +7,9 @@
   are the file's or mined with a dense model.
 
 Hard negatives (``negatives``): ``bm25`` (BEIR) or ``given`` (Tevatron) as published, or ``dense``: the top
-passages of a dense model, by default the starting checkpoint (:mod:`multipos.dense_negatives`), optionally
+passages of a dense model, by default the starting checkpoint (:mod:`multipos.data.dense_negatives`), optionally
 refreshed with the weights being trained every ``negative_refresh_epochs`` epochs (ANCE). Every miner applies one
-rule, :func:`multipos.groups.unjudged_negatives`: a passage judged for the query, with any grade (0 included), is never its
+rule, :func:`multipos.data.groups.unjudged_negatives`: a passage judged for the query, with any grade (0 included), is never its
 negative.
 
 Positive order inside a tier is ``given`` (file order) or ``teacher`` (descending score of a
@@ -27,8 +27,8 @@ from pathlib import Path
 
 from multipos import atomic
 from multipos.assets import cache_dir, resolve_dataset
-from multipos.groups import TrainQuery, unjudged_negatives
-from multipos.readers import (Corpus, DataFormatError, check_qrels_ids, check_query_texts, load_tevatron_hf,
+from multipos.data.groups import TrainQuery, unjudged_negatives
+from multipos.data.readers import (Corpus, DataFormatError, check_qrels_ids, check_query_texts, load_tevatron_hf,
                               read_corpus, read_qrels, read_queries, read_tevatron)
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ def _check_negative_options(negatives: str, allowed: tuple[str, ...], model: str
 
 def _dense_pools(model: str, encoder: dict | None, corpus: Corpus, queries: list[TrainQuery],
                  depth: int) -> dict[str, list[str]]:
-    from multipos.dense_negatives import mine_with_checkpoint
+    from multipos.data.dense_negatives import mine_with_checkpoint
 
     return mine_with_checkpoint(model, corpus, {q.query_id: q.query for q in queries},
                                 {q.query_id: q.judged for q in queries}, depth, encoder)
@@ -75,7 +75,7 @@ def mine_bm25_negatives(corpus: Corpus, queries: dict[str, str], judged: dict[st
     """BM25 hard negatives: top-``depth`` passages per query minus every judged passage. Cached."""
 
     def compute():
-        from multipos.bm25 import BM25
+        from multipos.retrieval.bm25 import BM25
 
         log.info("mining BM25 negatives for %d queries (depth %d)", len(queries), depth)
         run = BM25(corpus).search(queries, k=depth + max((len(j) for j in judged.values()), default=0))
@@ -103,7 +103,7 @@ def teacher_order(queries: list[TrainQuery], query_texts: dict[str, str], corpus
     a cache hit (the encoding is).
     """
     from multipos.model import DualEncoder
-    from multipos.encoding import cached_encode, encode
+    from multipos.retrieval.encoding import cached_encode, encode
 
     model = DualEncoder(teacher, pooling=pooling, normalize=normalize, query_max_length=query_max_length,
                         passage_max_length=passage_max_length, trust_remote_code=trust_remote_code)
@@ -143,13 +143,13 @@ class BeirGradedSource:
         qrels_file: graded qrels relative to the folder (TREC or BEIR TSV), e.g. ``qrels-graded/train.s-3.qrel``.
         gold_grade: grade of gold (human) positives; silver_grade: grade of silver positives.
         negatives: ``bm25`` (BM25 top-``negative_depth``) or ``dense`` (``negative_model``'s top-``negative_depth``,
-            :func:`multipos.dense_negatives.mine_with_checkpoint`); judged passages removed either way
-            (:func:`multipos.groups.unjudged_negatives`). Cached under ``<cache>/negatives``.
+            :func:`multipos.data.dense_negatives.mine_with_checkpoint`); judged passages removed either way
+            (:func:`multipos.data.groups.unjudged_negatives`). Cached under ``<cache>/negatives``.
         negative_depth: hard negatives mined per query.
         negative_model: checkpoint of the dense miner (the data configs: the starting checkpoint);
             negative_encoder: its DualEncoder keyword arguments (pooling, normalize, max lengths).
         negative_refresh_epochs: re-mine with the weights being trained every K epochs
-            (:class:`multipos.dense_negatives.NegativeRefresh`), None = never.
+            (:class:`multipos.data.dense_negatives.NegativeRefresh`), None = never.
         ordering: ``given`` (qrels file order) or ``teacher``; teacher: checkpoint for ``teacher``.
         teacher_pooling, teacher_normalize: the teacher's pooling and L2 when its checkpoint saved none
             (the data configs pass the model config's).
@@ -232,13 +232,13 @@ class TevatronSource:
         max_queries: keep only the first N lines.
         negatives: ``given`` (each line's ``negative_passages``), ``bm25`` (BM25 top-``negative_depth``, as
             :class:`BeirGradedSource`) or ``dense`` (``negative_model``'s top-``negative_depth``,
-            :func:`multipos.dense_negatives.mine_with_checkpoint`) over the corpus; mined ones exclude the query's
+            :func:`multipos.data.dense_negatives.mine_with_checkpoint`) over the corpus; mined ones exclude the query's
             judged passages, here its positives.
         negative_corpus: a BEIR ``corpus.jsonl`` the miners search (the full collection, e.g. MS MARCO's 8.8M
             passages), the training file's passages added to it; None = the training file's passages only.
         negative_depth, negative_model, negative_encoder, negative_refresh_epochs: as in :class:`BeirGradedSource`.
 
-    Raises: DataFormatError for a bad line (file and line, see :func:`multipos.readers.parse_tevatron`), a
+    Raises: DataFormatError for a bad line (file and line, see :func:`multipos.data.readers.parse_tevatron`), a
     query id on two lines (naming both) or no line at all; ValueError for bad hard-negative settings (naming the
     field). A passage id given with two different texts keeps its first text (the negative corpus's first);
     their number is logged as a warning.

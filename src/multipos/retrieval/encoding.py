@@ -2,7 +2,7 @@
 trainer's accelerator, bf16 where native, and an on-disk embedding cache keyed by weights and corpus text.
 
 Corpora above :data:`MEMMAP_THRESHOLD` passages are encoded straight into a memory-mapped ``.npy`` cache file
-(:func:`cached_encode`), which :mod:`multipos.retrieval` searches in shards.
+(:func:`cached_encode`), which :mod:`multipos.retrieval.dense` searches in shards.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Set kinds: :class:`EvalSet` (BEIR layout, graded qrels; optional qrels *views* such as gold-only / silver-only
 labels, and self-hit removal for ArguAna/Quora) and :class:`QAEvalSet` (DPR open-domain QA: Acc@k by
-answer-string match, :mod:`multipos.qa`). Both expose ``load()``, ``clean(run)`` and
-``score(run, data) -> {result name: (means, per-query values)}``; the metrics are :mod:`multipos.metrics`.
+answer-string match, :mod:`multipos.evaluation.qa`). Both expose ``load()``, ``clean(run)`` and
+``score(run, data) -> {result name: (means, per-query values)}``; the metrics are :mod:`multipos.evaluation.metrics`.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import logging
 from dataclasses import dataclass, field, replace
 
 from multipos.assets import resolve_dataset
-from multipos.metrics import DEFAULT_METRICS, evaluate_run
-from multipos.readers import BeirDataset, Qrels, Run, check_qrels_ids, load_beir, read_qrels_files
+from multipos.evaluation.metrics import DEFAULT_METRICS, evaluate_run
+from multipos.data.readers import BeirDataset, Qrels, Run, check_qrels_ids, load_beir, read_qrels_files
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ class QADataset(BeirDataset):
 class QAEvalSet:
     """An open-domain QA set scored by answer-string match (DPR / pyserini top-k accuracy), e.g. NQ test
     over DPR's 21M-passage Wikipedia split: a query counts at k when a top-k passage contains an answer
-    (:func:`multipos.qa.has_answer`).
+    (:func:`multipos.evaluation.qa.has_answer`).
 
     Args:
         name: key in ``metrics.json``.
@@ -178,7 +178,7 @@ class QAEvalSet:
         folder = resolve_files(self.path, [self.corpus_file, self.qa_file])
         key = ("qa", str(folder.resolve()), self.corpus_file, self.qa_file, self.max_queries)
         if key not in _LOADED:
-            from multipos.qa import read_dpr_passages, read_dpr_qa
+            from multipos.evaluation.qa import read_dpr_passages, read_dpr_qa
 
             qa = read_dpr_qa(folder / self.qa_file)
             if self.max_queries is not None:
@@ -191,8 +191,8 @@ class QAEvalSet:
         return run
 
     def score(self, run: Run, data: QADataset | None = None) -> dict[str, tuple[dict, dict]]:
-        """{name → (accuracy means, per-query 0/1 values)} by :func:`multipos.qa.answer_accuracy`."""
-        from multipos.qa import QAPair, answer_accuracy
+        """{name → (accuracy means, per-query 0/1 values)} by :func:`multipos.evaluation.qa.answer_accuracy`."""
+        from multipos.evaluation.qa import QAPair, answer_accuracy
 
         data = data if data is not None else self.load()
         qa = {q: QAPair(data.queries[q], data.answers[q]) for q in data.queries}
@@ -215,7 +215,7 @@ def beir_sets(paths, split: str = "test", metrics=("ndcg@10",), relevance_thresh
         name = path.rstrip("/").split("/")[-1]
         if name in out:
             raise ValueError(f"eval.paths: two folders are named {name!r} ({out[name]['path']}, {path})")
-        out[name] = {"_target_": "multipos.evalsets.EvalSet", "name": name, "path": path, "split": split,
+        out[name] = {"_target_": "multipos.evaluation.sets.EvalSet", "name": name, "path": path, "split": split,
                      "metrics": list(_plain(metrics)), "relevance_threshold": int(relevance_threshold),
                      "remove_self_hits": name.lower() in SELF_HIT_SETS}
     return out

@@ -1,0 +1,18 @@
+"""Training data: readers of the file formats (BEIR folders, TREC qrels and runs, Tevatron JSONL / HF datasets), data
+sources (NFCorpus graded qrels with BM25 negatives and teacher ordering, Tevatron), dense hard negatives and their
+ANCE-style refresh, group construction (regimes, first-M / random-M, masks), the annotation budget, and the Lightning
+DataModule that joins them.
+
+* :mod:`~multipos.data.readers` — file formats and their data types;
+* :mod:`~multipos.data.sources` — ``BeirGradedSource``, ``TevatronSource``, BM25 mining, teacher ordering;
+* :mod:`~multipos.data.dense_negatives` — dense hard negatives, ``NegativeRefresh``;
+* :mod:`~multipos.data.groups` — ``TrainQuery``, ``GroupBuilder``, ``group_masks`` (the paper's group composition);
+* :mod:`~multipos.data.budget` — ``AnnotationBudget`` (Table 7);
+* :mod:`~multipos.data.datamodule` — ``MultiPosDataModule``, ``EpochSampler``, the batch.
+
+``MultiPosDataModule`` is importable from here: ``conf/data`` instantiates ``multipos.data.MultiPosDataModule``.
+"""
+
+from multipos.data.datamodule import MultiPosDataModule
+
+__all__ = ["MultiPosDataModule"]

@@ -1,0 +1,9 @@
+"""Evaluation: evaluation sets (BEIR folders, qrels views, DPR QA) and their configs, metrics (ranx; DPR answer-match
+accuracy), and the runner both jobs share (dense retrieval + metrics per set, BM25 and zero-shot references, the one
+results writer). The job itself is :mod:`multipos.evaluate`; search is :mod:`multipos.retrieval`.
+
+* :mod:`~multipos.evaluation.sets` — ``EvalSet`` / ``QAEvalSet`` (load, clean a run, score it);
+* :mod:`~multipos.evaluation.metrics` — ``evaluate_run`` (ranx), averages over sets;
+* :mod:`~multipos.evaluation.qa` — DPR passages and QA files, answer matching, top-k accuracy;
+* :mod:`~multipos.evaluation.runner` — ``evaluate_sets``, ``references``, ``write_results``.
+"""
