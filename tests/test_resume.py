@@ -217,7 +217,7 @@ def test_curriculum_interrupted_in_stage_two_resumes_in_stage_two(tiny_beir, tin
     log_before = (out / "csv" / "stage2" / "metrics.csv").read_text().splitlines()
 
     monkeypatch.setattr(RetrieverModule, "training_step", real_step)
-    with caplog.at_level(logging.INFO, logger="multipos.train"):
+    with caplog.at_level(logging.INFO, logger="multipos"):
         resumed = train(cfg)
     assert re.search(r"stage 1 \(\w+\) already finished", caplog.text)
     assert "stage 2: resuming from" in caplog.text

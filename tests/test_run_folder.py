@@ -12,7 +12,7 @@ from multipos.equivalent_runs import find_equivalent, register
 from multipos.report.render import render_sweep
 from multipos.run_folder import (SEED_FREE_KEYS, VOLATILE_KEYS, find_runs, is_finished, read_json, read_run_info,
                                  sweep_runs, write_run_info)
-from multipos.train import prepare_run_dir
+from multipos.run_folder import prepare_run_dir
 from tests.report.fakes import CONFIG, SET, qmap
 
 HASH, KEY = "h-this", "k-this"

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
+from pathlib import Path
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -203,3 +205,18 @@ def check_launch(world_size: int) -> None:
     raise ValueError(f"trainer with {world_size} processes inside a local multirun (-m): Lightning's DDP launcher "
                      "re-runs the command line and cannot join a sweep job's folder. Run single jobs (no -m), or sweep "
                      "with hydra/launcher=submitit_slurm and hydra.launcher.tasks_per_node=<trainer.devices>")
+
+
+def device_description() -> str:
+    """The accelerator the run trains on, in words (GPU name, else CPU model and cores)."""
+    if torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name(0)} x{torch.cuda.device_count()}"
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"CPU {model}, {os.cpu_count()} cores"

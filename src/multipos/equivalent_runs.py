@@ -4,7 +4,7 @@ Two hashes identify a run (both 16 hex digits of sha1 over the resolved config a
 
 * :func:`config_hash` — the whole resolved config without :data:`VOLATILE_KEYS` (paths, report layout, study
   name, …). It guards a run directory: re-running into a folder that holds a run of another configuration is
-  refused (:func:`multipos.train.prepare_run_dir`).
+  refused (:func:`multipos.run_folder.prepare_run_dir`).
 * :func:`equivalence_key` — :func:`config_hash` of the config with the fields the run's stages ignore left out
   as well. Single-positive objectives (SingleLH takes the first positive, Rand1LH draws one per epoch) put one
   positive in every group whatever M (``data.max_positives``) and the positive selection are

@@ -27,6 +27,7 @@ import json
 import logging
 import math
 import re
+import shutil
 from pathlib import Path
 
 from multipos import atomic
@@ -34,7 +35,7 @@ from multipos import atomic
 log = logging.getLogger(__name__)
 
 __all__ = ["RUN_INFO", "METRICS", "VOLATILE_KEYS", "SEED_FREE_KEYS", "read_json", "read_run_info", "write_run_info",
-           "keep_hydra_files", "restore_hydra_files", "is_finished", "find_runs", "latest_run", "sweep_runs", "stage_logs", "training_log", "series"]
+           "keep_hydra_files", "restore_hydra_files", "prepare_run_dir", "RESUME_FILENAME", "newest_checkpoint", "is_finished", "find_runs", "latest_run", "sweep_runs", "stage_logs", "training_log", "series"]
 
 RUN_INFO = "run_info.json"
 METRICS = "metrics.json"
@@ -128,6 +129,60 @@ def sweep_runs(sweep_dir: str | Path) -> tuple[list[Path], list[Path]]:
     dirs = sorted(d for d in dirs if not any(part == "model" for part in d.relative_to(sweep).parts))
     finished = [d for d in dirs if is_finished(d)]
     return finished, [d for d in dirs if d not in finished]
+
+
+def prepare_run_dir(cfg, out: Path, digest: str, writer: bool = True) -> tuple[dict, bool]:
+    """Check the run directory against this configuration (hash ``digest``) → (previous run_info, finished).
+
+    Raises ValueError when the folder holds a run of another configuration and ``resume`` is on: nothing is
+    overwritten, and the ``.hydra/`` files Hydra already replaced before the job started are put back
+    (:func:`multipos.run_folder.restore_hydra_files`). An accepted folder keeps a copy of them
+    (:func:`~multipos.run_folder.keep_hydra_files`). With ``resume=false`` earlier checkpoints and CSV logs are
+    removed first. ``writer``: this process writes the run folder (global rank 0 under DDP; the others only read).
+    """
+    info = read_run_info(out)
+    if not cfg.get("resume", True):
+        if writer:
+            shutil.rmtree(out / "checkpoints", ignore_errors=True)
+            shutil.rmtree(out / "csv", ignore_errors=True)  # the CSV logger appends to a resumed run's log
+            keep_hydra_files(out)
+        return {}, False
+    if info and info.get("config_hash") != digest:
+        restored = restore_hydra_files(out) if writer else True  # Hydra wrote this job's .hydra/ already
+        raise ValueError(f"{out} holds a run of another configuration (config hash {info.get('config_hash')} != "
+                         f"{digest}); use another hydra.run.dir, or resume=false to train it again from scratch"
+                         + ("" if restored else f" (Hydra has already replaced {out / '.hydra'} with this job's "
+                            "configuration and the folder keeps no copy of its own: run_info.json and metrics.json "
+                            "describe the run that is there)"))
+    if writer:
+        keep_hydra_files(out)
+    return info, is_finished(out)
+
+
+#: File name of the resume checkpoints (Lightning ModelCheckpoint pattern): one kept per stage, the newest.
+RESUME_FILENAME = "resume-{epoch}-{step}"
+_STEP = re.compile(r"(?:^|-)step=(\d+)(?:-v\d+)?\.ckpt$")
+
+
+def newest_checkpoint(stage_dir: Path) -> Path | None:
+    """The checkpoint of ``stage_dir`` with the highest training step → the one a killed stage resumes from.
+
+    Every ``*.ckpt`` file whose name carries ``step=S`` counts (the resume checkpoint, step checkpoints and the
+    best-dev checkpoint all hold the full training state); ``last.ckpt`` is a link to one of them and is read
+    only when no file names a step (runs from before the resume checkpoints). At equal steps a resume checkpoint
+    wins. None when the folder holds no checkpoint.
+    """
+    if not stage_dir.is_dir():
+        return None
+    found = []
+    for f in stage_dir.glob("*.ckpt"):
+        m = _STEP.search(f.name)
+        if m and f.is_file() and not f.is_symlink():
+            found.append((int(m.group(1)), f.name.startswith("resume-"), f))
+    if found:
+        return max(found, key=lambda x: (x[0], x[1]))[2]
+    last = stage_dir / "last.ckpt"
+    return last if last.is_file() else None
 
 
 def _run_time(run: Path) -> float:

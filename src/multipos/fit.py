@@ -1,0 +1,137 @@
+"""One training stage, as the driver (:mod:`multipos.train`) runs it: its callbacks (dev retrieval, the best-dev and
+the resume checkpoints, RNG states, anything else ``cfg.callbacks`` names), its Lightning Trainer, ``fit`` resumed
+from the stage's newest checkpoint, and the checkpoint it keeps (best on dev, or last).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import lightning as L
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from multipos import atomic
+from multipos.assets import cache_dir
+from multipos.callbacks import RNGStateCheckpoint
+from multipos.distributed import is_rank_zero
+from multipos.evaluation.runner import retrieval_options
+from multipos.loggers import log_config
+from multipos.losses import ContrastiveLoss
+from multipos.run_folder import RESUME_FILENAME, newest_checkpoint
+from multipos.stages import Stage
+
+log = logging.getLogger(__name__)
+
+
+def build_callbacks(cfg: DictConfig, stage_dir: Path, val_set) -> tuple[list, object | None]:
+    """The stage's callbacks from ``cfg.callbacks`` → (callbacks, the best-checkpoint callback or None).
+
+    ``retrieval_validation`` (dev retrieval each epoch, when a validation set is configured) and
+    ``model_checkpoint`` (best dev checkpoint) come from the config; a second ModelCheckpoint keeps the newest
+    state (``resume-epoch=E-step=S.ckpt``, with ``last.ckpt`` a link to it) at each epoch end and every
+    ``every_n_train_steps`` steps, for resuming (:func:`multipos.run_folder.newest_checkpoint`). Every other entry
+    with a ``_target_`` (e.g. ``gradient_diagnostics``, ``callbacks=diagnostics``) is instantiated as is.
+    """
+    cbs = cfg.get("callbacks") or {}
+    callbacks, best = [], None
+    if val_set is not None and cbs.get("retrieval_validation"):
+        opts = {**retrieval_options(cfg), "k": 100}
+        callbacks.append(instantiate(cbs.retrieval_validation)(eval_set=val_set, cache=cache_dir(), **opts))
+    if cbs.get("model_checkpoint"):
+        checkpoint = instantiate(cbs.model_checkpoint)  # partial: one for the best dev epoch, one for resuming
+        if callbacks:
+            best = checkpoint(dirpath=str(stage_dir), monitor=f"val/{cbs.retrieval_validation.metric}", save_last=False,
+                              every_n_train_steps=None)
+            callbacks.append(best)
+        # the newest state for resuming: Lightning >= 2.6 writes last.ckpt only in a step where this callback saved a
+        # checkpoint itself, so it keeps its newest one (save_top_k=1, no monitor) and links last.ckpt to it
+        callbacks.append(checkpoint(dirpath=str(stage_dir), filename=RESUME_FILENAME, monitor=None, save_top_k=1,
+                                    save_last="link", save_on_train_epoch_end=True))
+    for key, node in cbs.items():
+        if key not in ("retrieval_validation", "model_checkpoint") and isinstance(node, DictConfig) and "_target_" in node:
+            callbacks.append(instantiate(node))
+    return callbacks, best
+
+
+def build_trainer(cfg: DictConfig, out: Path, max_epochs: int, callbacks: list, stage: str | None = None,
+                  **overrides) -> L.Trainer:
+    """Instantiate ``cfg.trainer`` for one stage with the logger and the stage's callbacks.
+
+    ``stage`` (multi-stage runs) becomes the logger's ``version`` so stages log side by side
+    (``csv/stage1/metrics.csv``, ``csv/stage2/…``) instead of overwriting each other, or its metric ``prefix``
+    (W&B: ``stage1-train/loss``); a W&B logger also records the resolved config (:func:`multipos.loggers.log_config`).
+    Checkpoints are written atomically and read with ``weights_only=True`` (:class:`multipos.atomic.AtomicCheckpointIO`).
+    """
+    logger = False
+    if cfg.get("logger"):
+        key = next((k for k in ("version", "prefix") if k in cfg.logger), None)
+        extra = {key: stage} if stage is not None and key else {}
+        logger = instantiate(cfg.logger, **extra)
+        log_config(logger, cfg)
+    return instantiate(cfg.trainer, default_root_dir=str(out), logger=logger, callbacks=callbacks, max_epochs=max_epochs,
+                       plugins=[atomic.AtomicCheckpointIO()], **overrides)
+
+
+def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, model, datamodule, val_set,
+              span: tuple[int, int], optimizer_state: dict | None, index=None) -> tuple[dict | None, dict]:
+    """Train (or resume, or skip when finished) stage ``i`` → (optimizer state after it, stage record).
+
+    ``index``: the frozen passage index of query-side fine-tuning (:mod:`multipos.passage_index`), or None."""
+    stage_dir = out / "checkpoints" / f"stage{i + 1}"
+    kept_file = stage_dir / "kept.json"
+    if kept_file.is_file():
+        kept = json.loads(kept_file.read_text())
+        log.info("stage %d (%s) already finished: loading %s", i + 1, stage.name, kept["checkpoint"] or "its weights")
+        state = atomic.load_checkpoint(kept["checkpoint"]) if kept.get("checkpoint") else None
+        if state is not None:
+            model.load_state_dict({k[len("model."):]: v for k, v in state["state_dict"].items() if k.startswith("model.")})
+        record = {**kept["record"], "resumed_from": str(kept_file)}  # finished before this process: nothing trained
+        return (state["optimizer_states"][0] if state and state.get("optimizer_states") else None), record
+    datamodule.set_stage(stage.regime, stage.single_positive)
+    datamodule.setup()
+    log.info("stage %d/%d %s: regime=%s objective=%s single_positive=%s epochs=%d optimizer=%s lr_schedule=%s "
+             "(schedule steps %d..%d)", i + 1, n_stages, stage.name, stage.regime, stage.objective, stage.single_positive,
+             stage.epochs, stage.optimizer, stage.lr_schedule, span[0], span[1])
+    # keep=last: no dev retrieval during the stage (nothing to select); the final evaluation still scores dev
+    callbacks, best = build_callbacks(cfg, stage_dir, val_set if stage.keep == "best" else None)
+    objective = ContrastiveLoss(stage.objective, normalize_by_positives=bool(cfg.loss.get("normalize_by_positives", False)))
+    module = instantiate(cfg.module)(model=model, loss=objective, lr=stage.lr, schedule_offset=span[0],
+                                     schedule_total=span[1] or None,
+                                     optimizer_state=optimizer_state if stage.optimizer == "carry" else None,
+                                     **passage_side(cfg, index))
+    # manual optimization (GradCache) clips in the module: Lightning refuses Trainer(gradient_clip_val) with it
+    manual = {} if module.automatic_optimization else {"gradient_clip_val": None}
+    trainer = build_trainer(cfg, out, stage.epochs, [*callbacks, RNGStateCheckpoint()],
+                            stage=f"stage{i + 1}" if n_stages > 1 else None, **manual)
+    last = stage_dir / "last.ckpt"
+    newest = newest_checkpoint(stage_dir)
+    resume_from = str(newest) if newest else None
+    if resume_from:
+        log.info("stage %d: resuming from %s", i + 1, resume_from)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+    kept_path = best.best_model_path if (best is not None and stage.keep == "best" and best.best_model_path) else (
+        str(last) if last.is_file() else "")
+    opt_state = trainer.optimizers[0].state_dict() if trainer.optimizers else None
+    if kept_path:
+        state = atomic.load_checkpoint(kept_path)
+        module.load_state_dict(state["state_dict"])
+        opt_state = state["optimizer_states"][0] if state.get("optimizer_states") else opt_state
+        log.info("stage %d: kept %s (%s=%s)", i + 1, kept_path, best.monitor if best else "last",
+                 best.best_model_score if best else "-")
+    record = {**stage.describe(), **datamodule.stats, "kept": kept_path, "resumed_from": resume_from,
+              "best_dev": float(best.best_model_score) if best is not None and best.best_model_score is not None else None}
+    if is_rank_zero():
+        atomic.write_json(kept_file, {"checkpoint": kept_path, "record": record})
+    return opt_state, record
+
+
+def passage_side(cfg: DictConfig, index) -> dict:
+    """The module's passage-side arguments (``cfg.passages``): {} for two-tower training, else the frozen index,
+    the candidate set and the chunk size."""
+    if index is None:
+        return {}
+    return {"passage_index": index, "candidates": cfg.passages.candidates,
+            "chunk_size": cfg.passages.get("chunk_size") or 65536}
