@@ -146,3 +146,16 @@ def test_table3_evaluates_the_table2_run_of_the_same_cell():
             assert t3.init_from == f"{t2.hydra.sweep.dir}/{t2.hydra.job.override_dirname}/model"
             assert t3.trainer.max_epochs == 0 and t3.eval.validation is None
             assert t3.model.name_or_path == t2.model.name_or_path  # the zero-shot row: the starting encoder
+
+
+@pytest.mark.parametrize("fine_tuning", ["two_tower_default", "query_side"])
+def test_table3_trains_nothing_in_either_fine_tuning(fine_tuning):
+    """``fine_tuning=query_side`` comes after the experiment (it sets 3 epochs for every study); Table 3 must
+    still only evaluate Table 2's query-side models, read from Table 2's ``-query_side`` sweep folder."""
+    extra = [f"fine_tuning={fine_tuning}"] if fine_tuning == "query_side" else []
+    cfg = compose_cfg("train", ["experiment=table3_ood", *extra, "paths.output_dir=out"])
+    assert cfg.trainer.max_epochs == 0
+    suffix = "-query_side" if fine_tuning == "query_side" else ""
+    assert cfg.init_from.startswith(f"multirun/table2_homogeneous-cpu{suffix}/")
+    if extra:  # every other study trains 3 epochs query-side
+        assert compose_cfg("train", ["experiment=table2_homogeneous", *extra, "paths.output_dir=out"]).trainer.max_epochs == 3
