@@ -193,3 +193,22 @@ report:
                        "total, 10.0 min per run (over 2 of 3 runs); device: CPU x2.\n")
     tex = (tmp_path / "out" / "nfcorpus_recipe_search.tex").read_text()
     assert r"1 & singlelh & 2 & 1e-5 & 0.3200 & 0.6200 & 13.3 min & CPU x2 \\" in tex
+
+
+def test_a_query_side_variant_renders_beside_the_study(tmp_path):
+    """``fine_tuning=query_side`` runs carry ``size.suffix: -query_side``: their files are
+    ``<report.name>_query_side.*`` with a labelled title, so rendering them never overwrites the two-tower study."""
+    root = tmp_path / "table2_homogeneous-cpu-query_side"
+    variant = report_yaml().replace("size:\n", "size:\n  suffix: -query_side\n")
+    for obj, per_seed in seeded_values().items():
+        for seed, v in zip(SEEDS, per_seed):
+            make_run(root, f"loss={obj},seed={seed}", obj, {SET: {"ndcg@10": qmap(v), "mrr@10": qmap(v / 2)}},
+                     seed=seed, extra_config=variant)
+    out = tmp_path / "results"
+    (out / "table2_homogeneous.md").parent.mkdir()
+    (out / "table2_homogeneous.md").write_text("the two-tower study\n")
+    md = render_sweep(root, out)
+    assert (out / "table2_homogeneous.md").read_text() == "the two-tower study\n"
+    assert (out / "table2_homogeneous_query_side.md").read_text() == md
+    assert md.startswith(f"Table: {TITLE} (query-side)")
+    assert render_sweep(root, out, name="other") == (out / "other.md").read_text()  # --name still wins

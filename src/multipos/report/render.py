@@ -160,7 +160,8 @@ def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results",
                  wandb_project: str | None = None) -> str:
     """Render the study in ``sweep_dir`` to ``<out>/<name>.md`` and ``.tex`` (and ``.png`` with a plot).
 
-    ``name`` replaces ``report.name`` as the output stem. Files are written atomically (temporary
+    ``name`` replaces ``report.name`` as the output stem; without it, a study run as a variant (``size.suffix``,
+    e.g. ``fine_tuning=query_side``) writes ``<report.name>_<suffix>`` so the variant never overwrites the study. Files are written atomically (temporary
     sibling, then ``os.replace``). Runs are loaded with a progress bar (on a terminal). ``wandb_project``: also log
     the table as a ``wandb.Table`` and the figure to a W&B run of that project, grouped by the study
     (:func:`multipos.loggers.log_report`; offline under ``<sweep_dir>/wandb`` without a network).
@@ -175,7 +176,12 @@ def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results",
         raise FileNotFoundError(f"{sweep}: no complete run (run directory with .hydra/config.yaml and metrics.json)"
                                 + (f"; {len(incomplete)} incomplete" if incomplete else ""))
     spec = read_spec(complete + incomplete)
-    stem = name or str(spec["name"])
+    # a variant of a study (fine_tuning=query_side: size.suffix "-query_side") renders beside the study's own
+    # files, never over them: table2_homogeneous_query_side.md next to table2_homogeneous.md
+    suffix = str(config_node(complete[0], "size.suffix") or "").strip("-")
+    if suffix:
+        spec["title"] = f"{spec['title']} ({suffix.replace('_', '-')})" if spec["title"] else None
+    stem = name or str(spec["name"]) + (f"_{suffix}" if suffix else "")
     bar = tqdm(complete, desc=f"{sweep.name}: {len(complete)} complete runs, {len(incomplete)} in progress",
                unit="run", disable=None, leave=False)
     runs = [load_run(d, require_per_query=False) for d in bar]
