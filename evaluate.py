@@ -4,8 +4,11 @@ import sys
 
 import hydra
 
-import multipos  # noqa: F401  (registers OmegaConf resolvers)
+from multipos.config_resolvers import register_resolvers
 from omegaconf import DictConfig
+
+
+register_resolvers()  # before Hydra composes the config
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")

@@ -3,8 +3,11 @@ or python train.py -m experiment=<study>. Returns ``optimized_metric`` (e.g. dev
 
 import hydra
 
-import multipos  # noqa: F401  (registers OmegaConf resolvers)
+from multipos.config_resolvers import register_resolvers
 from omegaconf import DictConfig
+
+
+register_resolvers()  # before Hydra composes the config
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")

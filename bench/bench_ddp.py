@@ -49,8 +49,9 @@ def _trainer_config(devices: int, accelerator: str):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    import multipos  # noqa: F401  (resolvers)
+    from multipos.config_resolvers import register_resolvers
 
+    register_resolvers()
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("train", [f"trainer={'ddp' if devices > 1 else 'default'}", f"trainer.devices={devices}",
                                 f"trainer.accelerator={accelerator}"])

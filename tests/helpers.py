@@ -6,7 +6,8 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
-import multipos  # noqa: F401  (registers resolvers)
+from multipos.config_resolvers import register_resolvers
+
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
@@ -15,6 +16,7 @@ CONF = str(Path(__file__).resolve().parents[1] / "conf")
 def compose_cfg(config_name: str, overrides: list[str], return_hydra_config: bool = False):
     """Compose ``conf/<config_name>.yaml`` with ``overrides`` (Hydra override syntax); with
     ``return_hydra_config`` the ``hydra`` node (sweeper, launcher) is kept."""
+    register_resolvers()  # what train.py / evaluate.py do before Hydra composes
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         return compose(config_name=config_name, overrides=overrides, return_hydra_config=return_hydra_config)
 

@@ -97,7 +97,12 @@ def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, m
              stage.epochs, stage.optimizer, stage.lr_schedule, span[0], span[1])
     # keep=last: no dev retrieval during the stage (nothing to select); the final evaluation still scores dev
     callbacks, best = build_callbacks(cfg, stage_dir, val_set if stage.keep == "best" else None)
-    objective = ContrastiveLoss(stage.objective, normalize_by_positives=bool(cfg.loss.get("normalize_by_positives", False)))
+    # conf/loss/<name>.yaml builds the loss; a stage may train another objective with the same settings
+    # (the curriculum's gold stage: SingleLH), so the stage's objective names it
+    objective = instantiate(cfg.loss, name=stage.objective)
+    if not isinstance(objective, ContrastiveLoss):
+        raise TypeError(f"loss._target_={cfg.loss.get('_target_')!r} built {type(objective).__name__}, "
+                        "not a multipos.losses.ContrastiveLoss")
     module = instantiate(cfg.module)(model=model, loss=objective, lr=stage.lr, schedule_offset=span[0],
                                      schedule_total=span[1] or None,
                                      optimizer_state=optimizer_state if stage.optimizer == "carry" else None,

@@ -138,6 +138,9 @@ def _load_config(run_dir: Path) -> tuple[dict, dict, list[str]]:
     """(interesting keys, raw unresolved config, overrides) from ``.hydra/``; empty when absent."""
     from omegaconf import DictConfig, ListConfig, OmegaConf
 
+    from multipos.config_resolvers import register_resolvers
+
+    register_resolvers()
     cfg_path, ovr_path = run_dir / ".hydra" / "config.yaml", run_dir / ".hydra" / "overrides.yaml"
     config, raw, overrides = {k: None for k in CONFIG_KEYS}, {}, []
     try:
@@ -171,6 +174,9 @@ def config_node(run_dir: str | Path, key: str, default: object = None) -> object
     """
     from omegaconf import DictConfig, ListConfig, OmegaConf
 
+    from multipos.config_resolvers import register_resolvers
+
+    register_resolvers()  # a saved config may interpolate ${auto_precision:} and the like
     path = Path(run_dir) / ".hydra" / "config.yaml"
     if not path.is_file():
         return default

@@ -1,0 +1,56 @@
+"""The OmegaConf resolvers the configs under ``conf/`` use, registered where a config is loaded.
+
+:func:`register_resolvers` is called by the entry points (``train.py``, ``evaluate.py``), by the report when it
+resolves a run's saved config (:func:`multipos.report.runs.config_node`) and by the tests' compose helper; importing
+:mod:`multipos` registers nothing.
+
+``${basename:<path>}`` → last path component (run names of evaluate.py); ``${auto_precision:}``,
+``${auto_bf16:}``, ``${auto_workers:}`` → :mod:`multipos.hardware`; ``${sweep_dir:…}`` → :func:`sweep_dir`;
+``${optuna_storage:…}`` → :func:`optuna_storage`; ``${beir_sets:<paths>,<split>,<metrics>}`` → one eval-set config
+per BEIR folder (conf/eval/beir.yaml).
+"""
+
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from multipos.hardware import auto_precision, auto_workers, native_bf16
+
+__all__ = ["register_resolvers", "sweep_dir", "optuna_storage"]
+
+
+def _beir_sets(paths, split="test", metrics=("ndcg@10",)):
+    from multipos.evaluation.sets import beir_sets
+
+    return beir_sets(paths, split, metrics)
+
+
+def sweep_dir(experiment: str, size: str, stamp: str) -> str:
+    """Hydra sweep folder: ``multirun/<experiment>-<scale>`` for a study (fixed, so re-running it resumes),
+    ``multirun/<timestamp>`` for an ad-hoc ``-m`` sweep."""
+    if experiment in ("adhoc", "", None):
+        return f"multirun/{stamp}"
+    return f"multirun/{experiment}" + (f"-{size}" if size not in ("none", "", None) else "")
+
+
+def optuna_storage(sweep_dir: str) -> str:
+    """SQLite URL of an Optuna study kept inside the sweep folder (created here: SQLite needs the folder)."""
+    folder = Path(sweep_dir).expanduser().resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{folder / 'optuna.db'}"
+
+
+def _basename(path) -> str:
+    """Last path component (run names of ``evaluate.py``)."""
+    return str(path).rstrip("/").split("/")[-1]
+
+
+def register_resolvers() -> None:
+    """Register every resolver the configs use (idempotent: ``replace=True``)."""
+    OmegaConf.register_new_resolver("basename", _basename, replace=True)
+    OmegaConf.register_new_resolver("auto_precision", auto_precision, replace=True)
+    OmegaConf.register_new_resolver("auto_bf16", native_bf16, replace=True)
+    OmegaConf.register_new_resolver("auto_workers", auto_workers, replace=True)
+    OmegaConf.register_new_resolver("sweep_dir", sweep_dir, replace=True)
+    OmegaConf.register_new_resolver("optuna_storage", optuna_storage, replace=True)
+    OmegaConf.register_new_resolver("beir_sets", _beir_sets, replace=True)

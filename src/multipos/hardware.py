@@ -1,0 +1,36 @@
+"""What the machine can do, as the config's ``${auto_…:}`` settings read it: native bf16, DataLoader workers."""
+
+from pathlib import Path
+
+__all__ = ["auto_precision", "native_bf16", "auto_workers"]
+
+
+def auto_precision() -> str:
+    """Lightning precision: ``bf16-mixed`` where bf16 is supported natively (a CUDA GPU with bf16, or a
+    CPU with AVX512-BF16/AMX), else ``32-true``."""
+    import torch
+
+    if torch.cuda.is_available():
+        return "bf16-mixed" if torch.cuda.is_bf16_supported() else "32-true"
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "32-true"
+    return "bf16-mixed" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "32-true"
+
+
+def native_bf16() -> bool:
+    """True where bf16 is native (:func:`auto_precision` is ``bf16-mixed``): ``${auto_bf16:}`` and the meaning of
+    ``bf16=None`` in :mod:`multipos.retrieval.encoding`."""
+    return auto_precision() == "bf16-mixed"
+
+
+def auto_workers() -> int:
+    """DataLoader workers for training: tokenization runs in worker processes when a CUDA GPU trains (on an
+    H100 it took 75–80 % of each step in the main process), and in the main process on a CPU, whose cores
+    the model's own compute already uses (workers would only compete with it)."""
+    import os
+
+    import torch
+
+    return min(4, max(1, (os.cpu_count() or 2) - 1)) if torch.cuda.is_available() else 0
