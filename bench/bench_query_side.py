@@ -41,7 +41,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     os.environ.setdefault("MULTIPOS_CACHE", tempfile.mkdtemp(prefix="multipos-bench-"))
-    from multipos import native_bf16
+    from multipos.hardware import native_bf16
     from multipos.corpus_candidates import corpus_scores, corpus_targets
     from multipos.retrieval.encoding import autocast_context
     from multipos.data.groups import Group, group_masks

@@ -197,7 +197,7 @@ def main() -> None:
     quick = device.type != "cuda" if args.quick is None else args.quick
     full_step = device.type == "cuda" if args.full_step is None else args.full_step
     size = SIZES["quick" if quick else "full"]
-    from multipos import native_bf16
+    from multipos.hardware import native_bf16
 
     bf16 = native_bf16()
     data = bench_data()

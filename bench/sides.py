@@ -36,7 +36,7 @@ class MemorySource:
 
     def load(self):
         from multipos.data.groups import TrainQuery
-        from multipos.data.readers import Corpus, Passage
+        from multipos.data.types import Corpus, Passage
 
         corpus = Corpus({p: Passage(p, "", t) for p, t in self.data.passages.items()})
         rng, ids = random.Random(self.seed), list(self.data.passages)
@@ -48,10 +48,10 @@ class MemorySource:
 def data_module(data: BenchData, batch_size: int, group_size: int, query_len: int, passage_len: int):
     """:class:`multipos.data.datamodule.MultiPosDataModule` over :class:`MemorySource`: 1 positive + G − 1 hard negatives per
     query, tokenised by the model's tokenizer, DataLoader workers as the training configs choose them."""
-    import multipos
     from multipos.data.datamodule import MultiPosDataModule
+    from multipos.hardware import auto_workers
 
-    workers = multipos.auto_workers() if hasattr(multipos, "auto_workers") else 0
+    workers = auto_workers()
     dm = MultiPosDataModule(MemorySource(data), tokenizer=data.model, regime="gold", group_size=group_size,
                             max_positives=1, batch_size=batch_size, query_max_length=query_len,
                             passage_max_length=passage_len, num_workers=workers, seed=0)

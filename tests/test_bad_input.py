@@ -18,8 +18,10 @@ from multipos.assets import AssetNotFoundError
 from multipos.data.budget import apply_budget
 from multipos.data.datamodule import MultiPosDataModule
 from multipos.data.groups import GroupBuilder, TrainQuery
-from multipos.data.readers import (DataFormatError, load_beir, parse_tevatron, read_corpus, read_qrels, read_queries,
-                              read_run, read_tevatron)
+from multipos.data.beir import load_beir, read_corpus, read_queries
+from multipos.data.tevatron import parse_tevatron, read_tevatron
+from multipos.data.trec import read_qrels, read_run
+from multipos.data.types import DataFormatError
 from multipos.data.sources import BeirGradedSource, TevatronSource
 from tests.helpers import compose_cfg, tiny_overrides
 

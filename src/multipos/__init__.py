@@ -4,7 +4,7 @@ Modules and subpackages, by concept:
 
 * the science: ``losses`` (objectives, one function per paper equation), ``stages`` (training-stage plans:
   regimes, curriculum), ``diagnostics`` (Sec. 3.3 gradient diagnostics);
-* ``data/``: ``readers`` (file formats), ``sources`` (training data, BM25 / teacher ordering), ``dense_negatives``
+* ``data/``: ``types``, ``beir``, ``trec``, ``tevatron``, ``dpr`` (file formats and their data types), ``sources`` (training data, BM25 / teacher ordering), ``dense_negatives``
   (dense hard-negative mining and ANCE-style refresh), ``groups`` (group construction and masks), ``budget``
   (annotation budget), ``datamodule`` (LightningDataModule); ``assets`` (data and checkpoint locations);
 * query-side fine-tuning: ``passage_index`` (the frozen passage index, looked up by corpus row),
@@ -15,7 +15,7 @@ Modules and subpackages, by concept:
   checkpoints, RNG states), ``loggers`` (W&B that never blocks);
 * ``retrieval/``: ``encoding`` (encoding and the embedding cache), ``dense`` (FAISS runs), ``bm25`` (lexical runs),
   ``topk`` (exact top-k merge), ``shards`` / ``shard_job`` (sharded corpus encoding and search);
-* ``evaluation/``: ``sets`` (evaluation sets), ``metrics`` (ranx metrics), ``qa`` (DPR answer-match accuracy),
+* ``evaluation/``: ``sets`` (evaluation sets), ``metrics`` (ranx metrics), ``qa`` (answer matching and top-k answer accuracy),
   ``runner`` (evaluation shared by both jobs);
 * jobs and outputs: ``train`` / ``evaluate`` (the jobs behind ``train.py`` / ``evaluate.py``), ``equivalent_runs``
   (config hash, equivalence key, reusing a finished run that trained the same model), ``atomic`` (atomic writes),

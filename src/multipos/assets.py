@@ -80,7 +80,7 @@ def check_checkpoint_dir(path: str | Path) -> None:
     tokenizer there) and ``passage_encoder/``. Raises FileNotFoundError naming the folder, what is missing
     and the files present; DataFormatError when ``multipos_encoder.json`` is not valid JSON.
     """
-    from multipos.data.readers import DataFormatError
+    from multipos.data.types import DataFormatError
 
     folder = Path(path)
     saved = folder / ENCODER_SETTINGS_FILE

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 from multipos.assets import cache_dir
 from multipos.evaluation.sets import EvalSet
 from multipos.evaluation.metrics import add_average
-from multipos.data.readers import read_run
+from multipos.data.trec import read_run
 from multipos.weight_interpolation import interpolate_toward_start
 from multipos.evaluation.runner import eval_sets, evaluate_sets, references, score_set, write_results
 

@@ -6,7 +6,8 @@ import pytest
 
 from multipos.data.budget import apply_budget
 from multipos.data.groups import TrainQuery
-from multipos.data.readers import read_qrels, read_queries
+from multipos.data.beir import read_queries
+from multipos.data.trec import read_qrels
 from tests.helpers import compose_cfg
 
 CELLS = [(1, 1.0), (2, 0.5), (3, 1 / 3), (4, 0.25)]

@@ -18,7 +18,7 @@ from multipos.retrieval import encoding
 from multipos.retrieval import dense as retrieval
 from multipos.data.dense_negatives import check_refresh_callback, mine_dense_negatives
 from multipos.model import DualEncoder
-from multipos.data.readers import read_qrels
+from multipos.data.trec import read_qrels
 from multipos.data.sources import BeirGradedSource, TevatronSource
 from tests.helpers import compose_cfg, tiny_overrides
 

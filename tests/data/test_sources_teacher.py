@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from multipos.model import DualEncoder
-from multipos.data.readers import read_corpus, read_queries
+from multipos.data.beir import read_corpus, read_queries
 from multipos.retrieval.encoding import encode
 from multipos.data.sources import BeirGradedSource, teacher_order
 

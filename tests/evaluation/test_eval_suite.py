@@ -14,7 +14,9 @@ from hydra.utils import instantiate
 
 from multipos.evaluation.sets import EvalSet, beir_sets
 from multipos.evaluation.metrics import add_average, evaluate_run
-from multipos.data.readers import DataFormatError, load_beir, read_qrels, read_run
+from multipos.data.beir import load_beir
+from multipos.data.trec import read_qrels, read_run
+from multipos.data.types import DataFormatError
 from tests.helpers import CONF, compose_cfg
 
 EVAL_CONFIGS = sorted(p.stem for p in (Path(CONF) / "eval").glob("*.yaml") if p.stem not in ("settings", "beir"))

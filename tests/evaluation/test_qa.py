@@ -17,19 +17,9 @@ import pytest
 import regex
 
 from multipos.evaluation import qa as qa_mod
-from multipos.evaluation.qa import (
-    QAPair,
-    answer_accuracy,
-    has_answer,
-    iter_dpr_passages,
-    match_tokens,
-    read_dpr_passages,
-    read_dpr_qa,
-    run_passage_ids,
-    simple_tokenize,
-    top_passages,
-)
-from multipos.data.readers import Corpus, DataFormatError, Passage
+from multipos.data.dpr import QAPair, iter_dpr_passages, read_dpr_passages, read_dpr_qa
+from multipos.evaluation.qa import (answer_accuracy, has_answer, match_tokens, run_passage_ids, simple_tokenize, top_passages)
+from multipos.data.types import Corpus, DataFormatError, Passage
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "dpr"
 PSGS = FIX / "psgs_w100.tsv"

@@ -200,9 +200,9 @@ def test_encoding_device_auto_moves_a_cpu_model_to_cuda(model, monkeypatch):
 
 @pytest.mark.parametrize("precision,expected", [("bf16-mixed", True), ("32-true", False)])
 def test_bf16_none_means_native_only(model, corpus, monkeypatch, precision, expected):
-    import multipos
+    from multipos import hardware
 
-    monkeypatch.setattr(multipos, "auto_precision", lambda: precision)
+    monkeypatch.setattr(hardware, "auto_precision", lambda: precision)
     seen = []
     monkeypatch.setattr(encoding, "autocast_context", lambda device, bf16: seen.append(bf16) or contextlib.nullcontext())
     ids, texts = corpus

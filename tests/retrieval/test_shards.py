@@ -213,7 +213,7 @@ def test_shard_job_writes_the_dense_run_and_reuses_its_shards(tiny_bert, tiny_be
     from multipos.evaluation.sets import EvalSet
     from multipos.retrieval.dense import dense_run
     from multipos.model import DualEncoder
-    from multipos.data.readers import read_run
+    from multipos.data.trec import read_run
     from multipos.retrieval.shard_job import main
 
     args = ["--model", str(tiny_bert), "--data", str(tiny_beir), "--split", "test", "--out", str(tmp_path),

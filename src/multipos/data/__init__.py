@@ -1,9 +1,13 @@
-"""Training data: readers of the file formats (BEIR folders, TREC qrels and runs, Tevatron JSONL / HF datasets), data
+"""Training data: readers of the file formats (BEIR folders, TREC qrels and runs, Tevatron JSONL / HF datasets, DPR), data
 sources (NFCorpus graded qrels with BM25 negatives and teacher ordering, Tevatron), dense hard negatives and their
 ANCE-style refresh, group construction (regimes, first-M / random-M, masks), the annotation budget, and the Lightning
 DataModule that joins them.
 
-* :mod:`~multipos.data.readers` — file formats and their data types;
+* :mod:`~multipos.data.types` — ``Passage``, ``Corpus``, ``Qrels``, ``Run``, ``DataFormatError``, the line readers;
+* :mod:`~multipos.data.beir` — BEIR folders (corpus, queries, qrels files, the checks that tie them);
+* :mod:`~multipos.data.trec` — qrels (TREC and BEIR TSV) and TREC runs;
+* :mod:`~multipos.data.tevatron` — Tevatron training JSONL / HF datasets (the paper's data schema);
+* :mod:`~multipos.data.dpr` — the DPR releases (Wikipedia passages TSV, QA files) for answer-match evaluation;
 * :mod:`~multipos.data.sources` — ``BeirGradedSource``, ``TevatronSource``, BM25 mining, teacher ordering;
 * :mod:`~multipos.data.dense_negatives` — dense hard negatives, ``NegativeRefresh``;
 * :mod:`~multipos.data.groups` — ``TrainQuery``, ``GroupBuilder``, ``group_masks`` (the paper's group composition);

@@ -32,7 +32,7 @@ import torch
 
 from multipos import atomic
 from multipos.assets import cache_dir
-from multipos.data.readers import Corpus
+from multipos.data.types import Corpus
 from multipos.data.groups import unjudged_negatives
 
 log = logging.getLogger(__name__)

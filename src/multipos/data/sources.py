@@ -28,8 +28,10 @@ from pathlib import Path
 from multipos import atomic
 from multipos.assets import cache_dir, resolve_dataset
 from multipos.data.groups import TrainQuery, unjudged_negatives
-from multipos.data.readers import (Corpus, DataFormatError, check_qrels_ids, check_query_texts, load_tevatron_hf,
-                              read_corpus, read_qrels, read_queries, read_tevatron)
+from multipos.data.beir import check_qrels_ids, check_query_texts, read_corpus, read_queries
+from multipos.data.tevatron import load_tevatron_hf, read_tevatron
+from multipos.data.trec import read_qrels
+from multipos.data.types import Corpus, DataFormatError
 
 log = logging.getLogger(__name__)
 ORDERINGS = ("given", "teacher")
@@ -238,7 +240,7 @@ class TevatronSource:
             passages), the training file's passages added to it; None = the training file's passages only.
         negative_depth, negative_model, negative_encoder, negative_refresh_epochs: as in :class:`BeirGradedSource`.
 
-    Raises: DataFormatError for a bad line (file and line, see :func:`multipos.data.readers.parse_tevatron`), a
+    Raises: DataFormatError for a bad line (file and line, see :func:`multipos.data.tevatron.parse_tevatron`), a
     query id on two lines (naming both) or no line at all; ValueError for bad hard-negative settings (naming the
     field). A passage id given with two different texts keeps its first text (the negative corpus's first);
     their number is logged as a warning.

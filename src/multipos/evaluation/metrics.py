@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 
-from multipos.data.readers import Qrels, Run
+from multipos.data.types import Qrels, Run
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from multipos.assets import cache_dir
 from multipos.evaluation.sets import EvalSet
 from multipos.evaluation.metrics import add_average
 from multipos.retrieval.dense import bm25_run, dense_run
-from multipos.data.readers import write_run
+from multipos.data.trec import write_run
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field, replace
 
 from multipos.assets import resolve_dataset
 from multipos.evaluation.metrics import DEFAULT_METRICS, evaluate_run
-from multipos.data.readers import BeirDataset, Qrels, Run, check_qrels_ids, load_beir, read_qrels_files
+from multipos.data.beir import BeirDataset, check_qrels_ids, load_beir, read_qrels_files
+from multipos.data.types import Qrels, Run
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +179,7 @@ class QAEvalSet:
         folder = resolve_files(self.path, [self.corpus_file, self.qa_file])
         key = ("qa", str(folder.resolve()), self.corpus_file, self.qa_file, self.max_queries)
         if key not in _LOADED:
-            from multipos.evaluation.qa import read_dpr_passages, read_dpr_qa
+            from multipos.data.dpr import read_dpr_passages, read_dpr_qa
 
             qa = read_dpr_qa(folder / self.qa_file)
             if self.max_queries is not None:
@@ -192,7 +193,8 @@ class QAEvalSet:
 
     def score(self, run: Run, data: QADataset | None = None) -> dict[str, tuple[dict, dict]]:
         """{name → (accuracy means, per-query 0/1 values)} by :func:`multipos.evaluation.qa.answer_accuracy`."""
-        from multipos.evaluation.qa import QAPair, answer_accuracy
+        from multipos.data.dpr import QAPair
+        from multipos.evaluation.qa import answer_accuracy
 
         data = data if data is not None else self.load()
         qa = {q: QAPair(data.queries[q], data.answers[q]) for q in data.queries}

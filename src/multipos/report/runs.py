@@ -6,7 +6,6 @@ A run directory (written by :func:`multipos.train.train`) holds ``metrics.json``
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path

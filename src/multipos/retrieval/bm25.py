@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 
-from multipos.data.readers import Corpus, Run
+from multipos.data.types import Corpus, Run
 
 
 class BM25:

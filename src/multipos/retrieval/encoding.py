@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from multipos import native_bf16
+from multipos.hardware import native_bf16
 from multipos.model import DualEncoder
 
 log = logging.getLogger(__name__)

@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> Path | None:
 
     from multipos.assets import resolve_dataset
     from multipos.model import DualEncoder
-    from multipos.data.readers import load_beir, write_run
+    from multipos.data.beir import load_beir
+    from multipos.data.trec import write_run
     from multipos.retrieval.encoding import encode, native_bf16
     from multipos.retrieval.shards import DTYPES, ShardedEmbeddings, distributed_search, encode_shards
 
