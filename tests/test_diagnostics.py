@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from multipos.diagnostics import (CLOSED_FORMS, GradientDiagnostics, batch_diagnostics, closed_form_gradient,
+from multipos.callbacks import GradientDiagnostics
+from multipos.diagnostics import (CLOSED_FORMS, batch_diagnostics, closed_form_gradient,
                                   objective_gradient, positive_gradient_stats, score_statistics)
 from multipos.train import train
 from tests.helpers import compose_cfg, tiny_overrides

@@ -1,19 +1,25 @@
-"""Lightning callbacks: retrieval validation (dev nDCG@10 each epoch, used to select the checkpoint), the
-checkpoint that resuming starts from, and the RNG states saved with it. (The ANCE-style negative refresh lives with
-the dense miner it drives, :class:`multipos.data.dense_negatives.NegativeRefresh`, and the gradient diagnostics with their
-statistics, :mod:`multipos.diagnostics`.)"""
+"""Every Lightning callback of multipos: retrieval validation (dev nDCG@10 each epoch, used to select the checkpoint),
+the checkpoint that resuming starts from and the RNG states saved with it, the ANCE-style hard-negative refresh
+(:class:`NegativeRefresh`, driving :func:`multipos.data.dense_negatives.mine_dense_negatives`) and the Sec. 3.3 gradient
+diagnostics (:class:`GradientDiagnostics`, logging :func:`multipos.diagnostics.batch_diagnostics`)."""
 
 from __future__ import annotations
 
 import logging
+import math
 import random
+import warnings
+from collections.abc import Mapping, Sequence
 
 import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from multipos.data.dense_negatives import mine_dense_negatives, pools_from_rows, pools_to_rows
+from multipos.diagnostics import DEFAULT_OBJECTIVES, OUTPUT_KEYS, batch_diagnostics
 from multipos.evaluation.sets import EvalSet
+from multipos.losses import SINGLE_POSITIVE, check_name
 from multipos.retrieval.dense import dense_run
 
 log = logging.getLogger(__name__)
@@ -101,3 +107,153 @@ class RNGStateCheckpoint(L.Callback):
             random.setstate((version, tuple(internal), gauss))
             kind, key, pos, has_gauss, gauss = state["numpy"]
             np.random.set_state((kind, key.numpy().astype(np.uint32), pos, has_gauss, gauss))
+
+
+class NegativeRefresh(L.Callback):
+    """ANCE-style refresh of the hard-negative pools with the weights being trained (Xiong et al., 2021).
+
+    Every ``K = data.source.negative_refresh_epochs`` epochs (read from the data module's source; None = idle) it
+    re-mines at the end of epoch e with (e + 1) % K == 0, unless e is the stage's last epoch, via
+    :func:`mine_dense_negatives` with the current model over the source's corpus and all its queries, depth
+    ``data.source.negative_depth``, and hands the pools to :meth:`multipos.data.datamodule.MultiPosDataModule.set_negatives`:
+    epochs K..2K−1 build their groups from the pools mined after epoch K−1, and so on; epochs 0..K−1 from the
+    source's (``data.source.negatives``: BM25 or the starting checkpoint). Groups stay a function of
+    (seed, epoch, query) given the pools. Each training stage starts again from the source's pools.
+
+    Args: batch_size, bf16 (None = where native), index, index_options, progress: as in :func:`mine_dense_negatives`
+    (encoding on the device the model trains on); cache: keep each refresh's pools in the cache too.
+
+    Checkpoints hold the pools in use (:meth:`state_dict`: query ids, int32 corpus rows [Q, depth], corpus digest,
+    epoch and weight fingerprint): Q·depth·4 bytes, 1 MB for NFCorpus's 2.6k queries at depth 100, 200 MB for 0.5M
+    MS MARCO queries, besides the query ids. With DataLoader
+    workers the loader is rebuilt every epoch (``trainer.reload_dataloaders_every_n_epochs = 1``), as persistent
+    workers would keep the old pools. Under data-parallel training every rank mines the same pools.
+
+    Raises ValueError on resume when the checkpoint's pools were mined over another corpus.
+    """
+
+    def __init__(self, batch_size: int = 64, bf16: bool | None = None, index: str = "flat",
+                 index_options: dict | None = None, cache: bool = True, progress: bool = True):
+        self.options = dict(batch_size=batch_size, bf16=bf16, index=index, index_options=dict(index_options or {}),
+                            cache=cache, progress=progress)
+        self.every: int | None = None
+        self.state: dict = {}
+        self._restored: dict | None = None
+        self._digest: str | None = None
+
+    def _corpus_digest(self, datamodule) -> str:
+        from multipos.retrieval.encoding import corpus_digest
+
+        if self._digest is None:
+            self._digest = corpus_digest(datamodule.corpus.ids, datamodule.corpus.texts())
+        return self._digest
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        datamodule = trainer.datamodule
+        self.every = getattr(getattr(datamodule, "source", None), "negative_refresh_epochs", None)
+        if self.every and getattr(datamodule, "num_workers", 0) > 0 and not trainer.reload_dataloaders_every_n_epochs:
+            log.info("negative refresh with %d DataLoader workers: the loader is rebuilt every epoch",
+                     datamodule.num_workers)
+            trainer.reload_dataloaders_every_n_epochs = 1
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        state, self._restored = self._restored, None
+        if not state:
+            return
+        datamodule = trainer.datamodule
+        if state["corpus"] != self._corpus_digest(datamodule):
+            raise ValueError(f"the checkpoint's refreshed negatives (mined after epoch {state['epoch']}) were mined "
+                             "over another corpus than data.source's: resume=false to train again")
+        self.state = state
+        datamodule.set_negatives(pools_from_rows(state["query_ids"], state["rows"].numpy(), datamodule.corpus.ids))
+        log.info("restored the hard-negative pools mined after epoch %d (weights %s)", state["epoch"], state["weights"])
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        epoch = trainer.current_epoch
+        if not self.every or (epoch + 1) % self.every or epoch + 1 >= trainer.max_epochs:
+            return
+        datamodule, model = trainer.datamodule, pl_module.model
+        queries = {q.query_id: q.query for q in datamodule.queries}
+        judged = {q.query_id: q.judged for q in datamodule.queries}
+        log.info("epoch %d: refreshing hard negatives with the current weights (every %d epochs)", epoch, self.every)
+        pools = mine_dense_negatives(model, datamodule.corpus, queries, judged, int(datamodule.source.negative_depth),
+                                     device=None, **self.options)
+        datamodule.set_negatives(pools)
+        qids = list(queries)
+        self.state = {"query_ids": qids, "rows": torch.from_numpy(pools_to_rows(pools, qids, datamodule.corpus.ids)),
+                      "corpus": self._corpus_digest(datamodule), "epoch": epoch,
+                      "weights": model.fingerprint(include_query=True)}
+
+    def state_dict(self) -> dict:
+        return dict(self.state)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._restored = dict(state_dict) if state_dict else None
+
+
+def check_refresh_callback(trainer: L.Trainer, source) -> None:
+    """Raise ValueError when ``data.source.negative_refresh_epochs`` is set but ``trainer`` has no
+    :class:`NegativeRefresh` (``callbacks.negative_refresh``, in ``conf/callbacks/default.yaml``; ``callbacks=none``
+    drops it), rather than training on never-refreshed pools."""
+    every = getattr(source, "negative_refresh_epochs", None)
+    if every and not any(isinstance(cb, NegativeRefresh) for cb in trainer.callbacks):
+        raise ValueError(f"data.source.negative_refresh_epochs={every} needs the callbacks.negative_refresh callback "
+                         "(multipos.callbacks.NegativeRefresh, conf/callbacks/default.yaml); this run's "
+                         "callbacks config has none")
+
+
+class GradientDiagnostics(L.Callback):
+    """Logs :func:`batch_diagnostics` of the training batch every ``every_n_steps`` optimizer steps (``diag/…``).
+
+    Reads ``outputs`` of ``training_step`` (a dict with ``scores`` [B, N], ``positive_mask``, ``negative_mask``, as
+    :class:`multipos.module.RetrieverModule` returns); other outputs (e.g. a bare loss tensor) are skipped with one
+    warning. Values go through ``pl_module.log`` (CSV and W&B loggers). Lightning writes step logs every
+    ``trainer.log_every_n_steps`` steps, so the interval is raised to the least common multiple of both (warning).
+
+    Args: every_n_steps: interval in optimizer steps (≥ 1); objectives: objectives analysed besides the trained one
+    (``pl_module.loss.name``), default JointLH, SumMargLH, LSEPair; prefix: key prefix.
+    Raises: ValueError for every_n_steps < 1, unknown objective names, or single-positive objectives (``singlelh``,
+    ``rand1lh``: their gradient on a multi-positive batch is undefined; when trained, they are analysed anyway).
+    """
+
+    def __init__(self, every_n_steps: int = 50, objectives: Sequence[str] | None = DEFAULT_OBJECTIVES,
+                 prefix: str = "diag"):
+        if int(every_n_steps) < 1:
+            raise ValueError(f"callbacks.gradient_diagnostics.every_n_steps must be ≥ 1, got {every_n_steps}")
+        objectives = [check_name(str(o)) for o in (objectives or ())]
+        single = [o for o in objectives if o in SINGLE_POSITIVE]
+        if single:
+            raise ValueError(f"callbacks.gradient_diagnostics.objectives: {single} train on one positive per query; "
+                             "list multi-positive objectives (the trained objective is always analysed)")
+        self.every_n_steps, self.objectives, self.prefix = int(every_n_steps), objectives, prefix
+        self._interval, self._last_step, self._warned = self.every_n_steps, -1, False
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        every_log = int(trainer.log_every_n_steps or 0)
+        self._interval = math.lcm(self.every_n_steps, every_log) if every_log else 0
+        if every_log and self._interval != self.every_n_steps:
+            warnings.warn(f"callbacks.gradient_diagnostics.every_n_steps={self.every_n_steps} is not a multiple of "
+                          f"trainer.log_every_n_steps={every_log}: diagnostics every {self._interval} steps", stacklevel=2)
+
+    def objectives_for(self, pl_module: L.LightningModule) -> list[str]:
+        """The trained objective (``pl_module.loss.name``, if any) followed by :attr:`objectives`, without repeats."""
+        trained = getattr(getattr(pl_module, "loss", None), "name", None)
+        return list(dict.fromkeys([*([trained] if trained else []), *self.objectives]))
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+        step = trainer.global_step
+        if not self._interval or step == self._last_step or step % self._interval:
+            return
+        if not isinstance(outputs, Mapping) or any(k not in outputs for k in OUTPUT_KEYS):
+            if not self._warned:
+                warnings.warn(f"GradientDiagnostics: training_step returned {type(outputs).__name__}, not a dict with "
+                              f"{', '.join(OUTPUT_KEYS)}: no gradient diagnostics are logged", stacklevel=2)
+                self._warned = True
+            return
+        self._last_step = step
+        scores = outputs["scores"]
+        normalize = bool(getattr(getattr(pl_module, "loss", None), "normalize_by_positives", False))
+        values = batch_diagnostics(scores, outputs["positive_mask"], outputs["negative_mask"],
+                                   self.objectives_for(pl_module), normalize, self.prefix)
+        for key, value in values.items():
+            pl_module.log(key, value, on_step=True, on_epoch=False, batch_size=scores.shape[0])

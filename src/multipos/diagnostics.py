@@ -17,7 +17,7 @@ Closed forms of App. A (checked against autograd in ``tests/test_diagnostics.py`
 * LSEPair (Eq. 4):   −∂L/∂s_p = Σ_n exp(s_n − s_p) / (1 + Σ_{p'∈D+, n∈D−} exp(s_n − s_p')) — proportional to
   exp(−s_p): the weakest positive gets most of it;  ∂L/∂s_n = Σ_p exp(s_n − s_p) / (1 + Σ_{p',n} exp(s_n − s_p')).
 
-:class:`GradientDiagnostics` (``callbacks=diagnostics``) logs, every N training steps, from the ``scores`` and masks that
+:class:`multipos.callbacks.GradientDiagnostics` (``callbacks=diagnostics``) logs, every N training steps, from the ``scores`` and masks that
 :meth:`multipos.module.RetrieverModule.training_step` returns (autograd on a detached copy: no extra forward pass),
 under ``diag/``:
 
@@ -38,14 +38,12 @@ Every value is a batch mean over queries. Cost: ``bench/bench_diagnostics.py`` (
 from __future__ import annotations
 
 import math
-import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-import lightning as L
 import torch
 from torch import Tensor
 
-from multipos.losses import SINGLE_POSITIVE, check_name, compute
+from multipos.losses import compute
 
 __all__ = ["CLOSED_FORMS", "GradientDiagnostics", "batch_diagnostics", "closed_form_gradient", "objective_gradient",
            "positive_gradient_stats", "score_statistics"]
@@ -190,60 +188,3 @@ def batch_diagnostics(scores: Tensor, positive_mask: Tensor, negative_mask: Tens
         grad = objective_gradient(name, scores, positive_mask, negative_mask, normalize_by_positives)
         out.update({f"{prefix}/{name}/{k}": v for k, v in positive_gradient_stats(grad, scores, positive_mask).items()})
     return out
-
-
-class GradientDiagnostics(L.Callback):
-    """Logs :func:`batch_diagnostics` of the training batch every ``every_n_steps`` optimizer steps (``diag/…``).
-
-    Reads ``outputs`` of ``training_step`` (a dict with ``scores`` [B, N], ``positive_mask``, ``negative_mask``, as
-    :class:`multipos.module.RetrieverModule` returns); other outputs (e.g. a bare loss tensor) are skipped with one
-    warning. Values go through ``pl_module.log`` (CSV and W&B loggers). Lightning writes step logs every
-    ``trainer.log_every_n_steps`` steps, so the interval is raised to the least common multiple of both (warning).
-
-    Args: every_n_steps: interval in optimizer steps (≥ 1); objectives: objectives analysed besides the trained one
-    (``pl_module.loss.name``), default JointLH, SumMargLH, LSEPair; prefix: key prefix.
-    Raises: ValueError for every_n_steps < 1, unknown objective names, or single-positive objectives (``singlelh``,
-    ``rand1lh``: their gradient on a multi-positive batch is undefined; when trained, they are analysed anyway).
-    """
-
-    def __init__(self, every_n_steps: int = 50, objectives: Sequence[str] | None = DEFAULT_OBJECTIVES,
-                 prefix: str = "diag"):
-        if int(every_n_steps) < 1:
-            raise ValueError(f"callbacks.gradient_diagnostics.every_n_steps must be ≥ 1, got {every_n_steps}")
-        objectives = [check_name(str(o)) for o in (objectives or ())]
-        single = [o for o in objectives if o in SINGLE_POSITIVE]
-        if single:
-            raise ValueError(f"callbacks.gradient_diagnostics.objectives: {single} train on one positive per query; "
-                             "list multi-positive objectives (the trained objective is always analysed)")
-        self.every_n_steps, self.objectives, self.prefix = int(every_n_steps), objectives, prefix
-        self._interval, self._last_step, self._warned = self.every_n_steps, -1, False
-
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        every_log = int(trainer.log_every_n_steps or 0)
-        self._interval = math.lcm(self.every_n_steps, every_log) if every_log else 0
-        if every_log and self._interval != self.every_n_steps:
-            warnings.warn(f"callbacks.gradient_diagnostics.every_n_steps={self.every_n_steps} is not a multiple of "
-                          f"trainer.log_every_n_steps={every_log}: diagnostics every {self._interval} steps", stacklevel=2)
-
-    def objectives_for(self, pl_module: L.LightningModule) -> list[str]:
-        """The trained objective (``pl_module.loss.name``, if any) followed by :attr:`objectives`, without repeats."""
-        trained = getattr(getattr(pl_module, "loss", None), "name", None)
-        return list(dict.fromkeys([*([trained] if trained else []), *self.objectives]))
-
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
-        step = trainer.global_step
-        if not self._interval or step == self._last_step or step % self._interval:
-            return
-        if not isinstance(outputs, Mapping) or any(k not in outputs for k in OUTPUT_KEYS):
-            if not self._warned:
-                warnings.warn(f"GradientDiagnostics: training_step returned {type(outputs).__name__}, not a dict with "
-                              f"{', '.join(OUTPUT_KEYS)}: no gradient diagnostics are logged", stacklevel=2)
-                self._warned = True
-            return
-        self._last_step = step
-        scores = outputs["scores"]
-        normalize = bool(getattr(getattr(pl_module, "loss", None), "normalize_by_positives", False))
-        values = batch_diagnostics(scores, outputs["positive_mask"], outputs["negative_mask"],
-                                   self.objectives_for(pl_module), normalize, self.prefix)
-        for key, value in values.items():
-            pl_module.log(key, value, on_step=True, on_epoch=False, batch_size=scores.shape[0])

@@ -51,12 +51,13 @@ RESULT_FILES = ("per_query.*.json", "run.*.trec", "references/*/per_query.*.json
 
 
 #: Where classes named by ``_target_`` lived when their runs' hashes were first computed: a class's module moving
-#: (the data / evaluation / retrieval subpackages, 2026-11-24) does not change what a run computes, so the hash
+#: (the data / evaluation / retrieval subpackages, every callback into multipos.callbacks, 2026-11-24) does not change what a run computes, so the hash
 #: reads the old path. {current prefix: prefix in the hash}.
 HASHED_TARGET_PATHS = {
+    "multipos.callbacks.NegativeRefresh": "multipos.dense_negatives.NegativeRefresh",
+    "multipos.callbacks.GradientDiagnostics": "multipos.diagnostics.GradientDiagnostics",
     "multipos.data.sources.": "multipos.sources.",
     "multipos.data.dense_negatives.": "multipos.dense_negatives.",
-    "multipos.data.readers.": "multipos.readers.",
     "multipos.data.groups.": "multipos.groups.",
     "multipos.data.datamodule.": "multipos.data.",
     "multipos.evaluation.sets.": "multipos.evalsets.",

@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 
 from multipos import atomic
 from multipos.assets import cache_dir
-from multipos.callbacks import RNGStateCheckpoint
+from multipos.callbacks import RNGStateCheckpoint, check_refresh_callback
 from multipos.distributed import is_rank_zero
 from multipos.evaluation.runner import retrieval_options
 from multipos.loggers import log_config
@@ -111,6 +111,7 @@ def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, m
     manual = {} if module.automatic_optimization else {"gradient_clip_val": None}
     trainer = build_trainer(cfg, out, stage.epochs, [*callbacks, RNGStateCheckpoint()],
                             stage=f"stage{i + 1}" if n_stages > 1 else None, **manual)
+    check_refresh_callback(trainer, datamodule.source)  # a refresh period without its callback would never refresh
     last = stage_dir / "last.ckpt"
     newest = newest_checkpoint(stage_dir)
     resume_from = str(newest) if newest else None

@@ -16,7 +16,8 @@ import torch
 
 from multipos.retrieval import encoding
 from multipos.retrieval import dense as retrieval
-from multipos.data.dense_negatives import check_refresh_callback, mine_dense_negatives
+from multipos.callbacks import check_refresh_callback
+from multipos.data.dense_negatives import mine_dense_negatives
 from multipos.model import DualEncoder
 from multipos.data.trec import read_qrels
 from multipos.data.sources import BeirGradedSource, TevatronSource
@@ -140,6 +141,17 @@ class PoolRecorder(L.Callback):
 
 def _sha(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_training_refuses_a_refresh_period_without_its_callback(tiny_beir, tiny_bert, tmp_path, cache):
+    """``callbacks=none`` drops ``callbacks.negative_refresh``: the stage stops before training instead of training
+    on pools that never refresh (the check runs where the stage's Trainer is built, :mod:`multipos.fit`)."""
+    from multipos.train import train
+
+    extra = ["data.source.negatives=dense", "data.source.negative_refresh_epochs=1", "trainer.max_epochs=2",
+             "eval.references=false", "eval.validation=null", "callbacks=none"]
+    with pytest.raises(ValueError, match="callbacks.negative_refresh callback"):
+        train(compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, tmp_path / "run", *extra)))
 
 
 def test_refresh_every_k_epochs_and_a_resumed_run_trains_on_the_same_pools(tiny_beir, tiny_bert, tmp_path, cache):

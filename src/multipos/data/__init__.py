@@ -9,7 +9,7 @@ DataModule that joins them.
 * :mod:`~multipos.data.tevatron` — Tevatron training JSONL / HF datasets (the paper's data schema);
 * :mod:`~multipos.data.dpr` — the DPR releases (Wikipedia passages TSV, QA files) for answer-match evaluation;
 * :mod:`~multipos.data.sources` — ``BeirGradedSource``, ``TevatronSource``, BM25 mining, teacher ordering;
-* :mod:`~multipos.data.dense_negatives` — dense hard negatives, ``NegativeRefresh``;
+* :mod:`~multipos.data.dense_negatives` — dense hard negatives, ANCE-style refresh mining (the callback: ``multipos.callbacks.NegativeRefresh``);
 * :mod:`~multipos.data.groups` — ``TrainQuery``, ``GroupBuilder``, ``group_masks`` (the paper's group composition);
 * :mod:`~multipos.data.budget` — ``AnnotationBudget`` (Table 7);
 * :mod:`~multipos.data.datamodule` — ``MultiPosDataModule``, ``EpochSampler``, the batch.

@@ -193,7 +193,7 @@ class MultiPosDataModule(L.LightningDataModule):
 
     def set_negatives(self, pools: dict[str, list[str]] | None) -> None:
         """Build groups from ``pools`` ({query id → hard negatives, best first}) instead of the source's mined
-        negatives from the next group on (the dense refresh, :class:`multipos.data.dense_negatives.NegativeRefresh`);
+        negatives from the next group on (the dense refresh, :class:`multipos.callbacks.NegativeRefresh`);
         None goes back to the source's. Queries absent from ``pools`` keep theirs."""
         self.negative_pools = pools
         if self.dataset is not None:
@@ -288,10 +288,6 @@ class MultiPosDataModule(L.LightningDataModule):
             from multipos.model import check_tokenizer
 
             check_tokenizer(self.tokenizer, model.query_encoder, f"data.tokenizer={self.tokenizer_name}")
-        if self.trainer is not None:
-            from multipos.data.dense_negatives import check_refresh_callback
-
-            check_refresh_callback(self.trainer, self.source)
         ranks = (self.trainer.world_size, self.trainer.global_rank) if self.trainer is not None else (1, 0)
         sampler = EpochSampler(len(self.dataset), self.seed, num_replicas=ranks[0], rank=ranks[1])
         if self.trainer is not None:

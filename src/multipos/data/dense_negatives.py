@@ -5,7 +5,7 @@
   and the corpus.
 * :func:`mine_with_checkpoint` — the same with a checkpoint loaded by name (``data.source.negatives: dense``,
   by default the starting checkpoint ``${model.name_or_path}``).
-* :class:`NegativeRefresh` — re-mines with the weights being trained every ``data.source.negative_refresh_epochs``
+* :class:`multipos.callbacks.NegativeRefresh` — re-mines with the weights being trained every ``data.source.negative_refresh_epochs``
   epochs and hands the new pools to the data module, as ANCE does (Xiong et al., 2021, "Approximate Nearest
   Neighbor Negative Contrastive Learning for Dense Text Retrieval", ICLR); ANCE refreshes asynchronously every
   few thousand steps from a separate inference job, here the refresh is synchronous, at epoch ends.
@@ -26,9 +26,7 @@ import time
 import zipfile
 from typing import Iterable
 
-import lightning as L
 import numpy as np
-import torch
 
 from multipos import atomic
 from multipos.assets import cache_dir
@@ -177,96 +175,3 @@ def mine_with_checkpoint(name_or_path: str, corpus: Corpus, queries: dict[str, s
     pools = mine_dense_negatives(model, corpus, queries, judged, depth, embedding_cache=cache_dir())
     del model
     return pools
-
-
-class NegativeRefresh(L.Callback):
-    """ANCE-style refresh of the hard-negative pools with the weights being trained (Xiong et al., 2021).
-
-    Every ``K = data.source.negative_refresh_epochs`` epochs (read from the data module's source; None = idle) it
-    re-mines at the end of epoch e with (e + 1) % K == 0, unless e is the stage's last epoch, via
-    :func:`mine_dense_negatives` with the current model over the source's corpus and all its queries, depth
-    ``data.source.negative_depth``, and hands the pools to :meth:`multipos.data.datamodule.MultiPosDataModule.set_negatives`:
-    epochs K..2K−1 build their groups from the pools mined after epoch K−1, and so on; epochs 0..K−1 from the
-    source's (``data.source.negatives``: BM25 or the starting checkpoint). Groups stay a function of
-    (seed, epoch, query) given the pools. Each training stage starts again from the source's pools.
-
-    Args: batch_size, bf16 (None = where native), index, index_options, progress: as in :func:`mine_dense_negatives`
-    (encoding on the device the model trains on); cache: keep each refresh's pools in the cache too.
-
-    Checkpoints hold the pools in use (:meth:`state_dict`: query ids, int32 corpus rows [Q, depth], corpus digest,
-    epoch and weight fingerprint): Q·depth·4 bytes, 1 MB for NFCorpus's 2.6k queries at depth 100, 200 MB for 0.5M
-    MS MARCO queries, besides the query ids. With DataLoader
-    workers the loader is rebuilt every epoch (``trainer.reload_dataloaders_every_n_epochs = 1``), as persistent
-    workers would keep the old pools. Under data-parallel training every rank mines the same pools.
-
-    Raises ValueError on resume when the checkpoint's pools were mined over another corpus.
-    """
-
-    def __init__(self, batch_size: int = 64, bf16: bool | None = None, index: str = "flat",
-                 index_options: dict | None = None, cache: bool = True, progress: bool = True):
-        self.options = dict(batch_size=batch_size, bf16=bf16, index=index, index_options=dict(index_options or {}),
-                            cache=cache, progress=progress)
-        self.every: int | None = None
-        self.state: dict = {}
-        self._restored: dict | None = None
-        self._digest: str | None = None
-
-    def _corpus_digest(self, datamodule) -> str:
-        from multipos.retrieval.encoding import corpus_digest
-
-        if self._digest is None:
-            self._digest = corpus_digest(datamodule.corpus.ids, datamodule.corpus.texts())
-        return self._digest
-
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        datamodule = trainer.datamodule
-        self.every = getattr(getattr(datamodule, "source", None), "negative_refresh_epochs", None)
-        if self.every and getattr(datamodule, "num_workers", 0) > 0 and not trainer.reload_dataloaders_every_n_epochs:
-            log.info("negative refresh with %d DataLoader workers: the loader is rebuilt every epoch",
-                     datamodule.num_workers)
-            trainer.reload_dataloaders_every_n_epochs = 1
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        state, self._restored = self._restored, None
-        if not state:
-            return
-        datamodule = trainer.datamodule
-        if state["corpus"] != self._corpus_digest(datamodule):
-            raise ValueError(f"the checkpoint's refreshed negatives (mined after epoch {state['epoch']}) were mined "
-                             "over another corpus than data.source's: resume=false to train again")
-        self.state = state
-        datamodule.set_negatives(pools_from_rows(state["query_ids"], state["rows"].numpy(), datamodule.corpus.ids))
-        log.info("restored the hard-negative pools mined after epoch %d (weights %s)", state["epoch"], state["weights"])
-
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        epoch = trainer.current_epoch
-        if not self.every or (epoch + 1) % self.every or epoch + 1 >= trainer.max_epochs:
-            return
-        datamodule, model = trainer.datamodule, pl_module.model
-        queries = {q.query_id: q.query for q in datamodule.queries}
-        judged = {q.query_id: q.judged for q in datamodule.queries}
-        log.info("epoch %d: refreshing hard negatives with the current weights (every %d epochs)", epoch, self.every)
-        pools = mine_dense_negatives(model, datamodule.corpus, queries, judged, int(datamodule.source.negative_depth),
-                                     device=None, **self.options)
-        datamodule.set_negatives(pools)
-        qids = list(queries)
-        self.state = {"query_ids": qids, "rows": torch.from_numpy(pools_to_rows(pools, qids, datamodule.corpus.ids)),
-                      "corpus": self._corpus_digest(datamodule), "epoch": epoch,
-                      "weights": model.fingerprint(include_query=True)}
-
-    def state_dict(self) -> dict:
-        return dict(self.state)
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        self._restored = dict(state_dict) if state_dict else None
-
-
-def check_refresh_callback(trainer: L.Trainer, source) -> None:
-    """Raise ValueError when ``data.source.negative_refresh_epochs`` is set but ``trainer`` has no
-    :class:`NegativeRefresh` (``callbacks.negative_refresh``, in ``conf/callbacks/default.yaml``; ``callbacks=none``
-    drops it), rather than training on never-refreshed pools."""
-    every = getattr(source, "negative_refresh_epochs", None)
-    if every and not any(isinstance(cb, NegativeRefresh) for cb in trainer.callbacks):
-        raise ValueError(f"data.source.negative_refresh_epochs={every} needs the callbacks.negative_refresh callback "
-                         "(multipos.data.dense_negatives.NegativeRefresh, conf/callbacks/default.yaml); this run's "
-                         "callbacks config has none")

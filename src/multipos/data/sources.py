@@ -151,7 +151,7 @@ class BeirGradedSource:
         negative_model: checkpoint of the dense miner (the data configs: the starting checkpoint);
             negative_encoder: its DualEncoder keyword arguments (pooling, normalize, max lengths).
         negative_refresh_epochs: re-mine with the weights being trained every K epochs
-            (:class:`multipos.data.dense_negatives.NegativeRefresh`), None = never.
+            (:class:`multipos.callbacks.NegativeRefresh`), None = never.
         ordering: ``given`` (qrels file order) or ``teacher``; teacher: checkpoint for ``teacher``.
         teacher_pooling, teacher_normalize: the teacher's pooling and L2 when its checkpoint saved none
             (the data configs pass the model config's).
