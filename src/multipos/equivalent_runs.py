@@ -80,13 +80,32 @@ def _hashed_targets(node):
     return node
 
 
+#: Settings added after runs were hashed, with the value that computes what those runs computed: at that value the
+#: key is left out of the hash, so finished sweeps stay finished. {dotted key: neutral value}.
+NEUTRAL_SETTINGS = {
+    "init_from": None,
+    "model.query_prompt": None, "model.passage_prompt": None,
+    "data.source.negative_encoder.query_prompt": None, "data.source.negative_encoder.passage_prompt": None,
+    "data.source.teacher_prompts": {"query": None, "passage": None},
+}
+
+
+def _drop_neutral(plain: dict) -> None:
+    for dotted, neutral in NEUTRAL_SETTINGS.items():
+        *parents, leaf = dotted.split(".")
+        node = plain
+        for key in parents:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict) and leaf in node and node[leaf] == neutral:
+            del node[leaf]
+
+
 def _digest(plain: dict) -> str:
     plain = _hashed_targets(plain)
     for key in VOLATILE_KEYS:
         plain.pop(key, None)
     plain.get("trainer", {}).pop("enable_progress_bar", None)
-    if plain.get("init_from") is None:  # unset: the hash of runs from before the key existed
-        plain.pop("init_from", None)
+    _drop_neutral(plain)
     if (plain.get("wise_ft") or {}).get("alpha", 1.0) == 1.0:  # no interpolation: the hash of runs from before it
         plain.pop("wise_ft", None)
     if not (plain.get("passages") or {}).get("frozen"):  # two-tower: the hash of runs from before query-side training

@@ -13,21 +13,23 @@ from transformers import AutoModel, AutoTokenizer
 
 from multipos import atomic
 from multipos.assets import ENCODER_SETTINGS_FILE, check_checkpoint_dir, resolve_model
+from multipos.st_format import POOLING_MODES, read_settings, write_side
 
 log = logging.getLogger(__name__)
 
-POOLINGS = ("cls", "mean")
+POOLINGS = tuple(POOLING_MODES)  # cls, mean, lasttoken
 _CONFIG_FILE = ENCODER_SETTINGS_FILE
 #: Settings saved to ``multipos_encoder.json`` and their defaults when neither the checkpoint nor the caller sets them.
-_DEFAULTS = {"pooling": "cls", "normalize": False, "temperature": 1.0, "shared": True}
-_CASTS = {"pooling": str, "normalize": bool, "temperature": float, "shared": bool}
-#: Oldest sentence-transformers release that reads every key written by :meth:`DualEncoder.save_pretrained`
-#: (``similarity_fn_name`` appeared in 3.0); later releases read the same folders.
-_ST_FORMAT_VERSION = "3.0.0"
+_DEFAULTS = {"pooling": "cls", "normalize": False, "temperature": 1.0, "shared": True, "query_prompt": "",
+             "passage_prompt": ""}
+_CASTS = {"pooling": str, "normalize": bool, "temperature": float, "shared": bool, "query_prompt": str,
+          "passage_prompt": str}
 
 
 def pool(hidden: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:
-    """Pool token states [B, L, H] with mask [B, L] into [B, H] by ``cls`` (first token) or ``mean``.
+    """Pool token states [B, L, H] with mask [B, L] into [B, H] by ``cls`` (first token), ``mean`` (over the
+    attended tokens) or ``lasttoken`` (the last attended position, whichever side the padding is on: the EOS token
+    of a decoder embedder, :func:`ensure_eos`; as sentence-transformers' ``lasttoken`` mode).
 
     Raises ValueError for an unknown pooling name.
     """
@@ -36,6 +38,10 @@ def pool(hidden: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:
     if pooling == "mean":
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
         return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+    if pooling == "lasttoken":
+        positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+        last = (attention_mask.to(torch.long) * positions).argmax(dim=1)  # [B]
+        return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
     raise ValueError(f"unknown pooling {pooling!r} (model.pooling); allowed: {', '.join(POOLINGS)}")
 
 
@@ -47,36 +53,28 @@ def _dtype_kwarg() -> str:
     return "dtype" if Version(transformers.__version__).release >= (4, 56) else "torch_dtype"
 
 
-def sentence_transformers_settings(path: str | Path) -> dict:
-    """``pooling`` and ``normalize`` of a sentence-transformers folder (``modules.json`` with a CLS or mean
-    ``Pooling`` module, optionally followed by ``Normalize``); ``{}`` for anything else (no folder, no
-    ``modules.json``, another pooling mode). All-MiniLM-L6-v2 gives ``{"pooling": "mean", "normalize": True}``."""
-    folder = Path(path)
-    try:
-        modules = json.loads((folder / "modules.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    out: dict = {}
-    for module in modules if isinstance(modules, list) else ():
-        kind = str(module.get("type", ""))
-        if kind.endswith("Pooling"):
-            try:
-                cfg = json.loads((folder / module.get("path", "") / "config.json").read_text())
-            except (OSError, ValueError):
-                return {}
-            mode = cfg.get("pooling_mode")  # sentence-transformers ≥ 6
-            if mode is None:  # ≤ 5: one boolean per mode
-                on = [k for k, v in cfg.items() if k.startswith("pooling_mode_") and v is True]
-                mode = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean"}.get(on[0]) if len(on) == 1 else None
-            if mode not in POOLINGS:
-                return {}
-            out["pooling"] = mode
-        elif kind.endswith("Normalize"):
-            out["normalize"] = True
-    if "pooling" not in out:
-        return {}
-    out.setdefault("normalize", False)
-    return out
+def ensure_eos(tokenizer) -> bool:
+    """Make a fast ``tokenizer`` end every sequence with its EOS token, as last-token pooling needs (decoder
+    embedders such as Qwen3-Embedding pool the EOS state; many decoder tokenizers do not append it). The rule is set
+    in the tokenizer's post-processor, so it is saved with the tokenizer and sentence-transformers tokenises the same
+    way. Returns True when it changed the tokenizer, False when EOS is already appended.
+
+    Raises ValueError for a tokenizer without an EOS token, or a slow (Python) tokenizer that does not append one.
+    """
+    eos, eos_id = tokenizer.eos_token, tokenizer.eos_token_id
+    if eos is None or eos_id is None:
+        raise ValueError("model.pooling=lasttoken needs a tokenizer with an EOS token (tokenizer.eos_token is None)")
+    ids = tokenizer("a")["input_ids"]
+    if ids and ids[-1] == eos_id:
+        return False
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError("model.pooling=lasttoken: the tokenizer does not append its EOS token and is not a fast "
+                         "tokenizer whose post-processor could")
+    from tokenizers.processors import TemplateProcessing
+
+    tokenizer.backend_tokenizer.post_processor = TemplateProcessing(
+        single=f"$A:0 {eos}:0", pair=f"$A:0 {eos}:0 $B:1 {eos}:1", special_tokens=[(eos, eos_id)])
+    return True
 
 
 def check_tokenizer(tokenizer, encoder: nn.Module, where: str) -> None:
@@ -95,12 +93,12 @@ def _same(field: str, a, b) -> bool:
 
 
 def _resolve_settings(path: str, given: dict, prefer_saved: bool) -> dict:
-    """pooling/normalize/temperature/shared from the caller (``given``, None = unset), the checkpoint's
+    """pooling/normalize/temperature/shared/prompts from the caller (``given``, None = unset), the checkpoint's
     ``multipos_encoder.json`` and its sentence-transformers files; see :class:`DualEncoder`."""
     saved_file = Path(path, _CONFIG_FILE)
     saved = json.loads(saved_file.read_text()) if saved_file.is_file() else {}
     untied = Path(path, "query_encoder")
-    st = sentence_transformers_settings(untied if untied.is_dir() else path)
+    st = read_settings(untied if untied.is_dir() else path)
     out = {}
     for field, default in _DEFAULTS.items():
         value, stored = given[field], saved.get(field)
@@ -125,7 +123,8 @@ class DualEncoder(nn.Module):
 
     Args:
         name_or_path: HF checkpoint folder, bare asset name or hub id (see :func:`resolve_model`).
-        pooling: ``cls`` or ``mean``.
+        pooling: ``cls``, ``mean`` or ``lasttoken`` (decoder embedders: the tokenizer is made to append its EOS
+            token where it does not, :func:`ensure_eos`).
         normalize: L2-normalise embeddings (cosine similarity).
         temperature: τ > 0; scores are divided by it (1.0 = raw dot product).
         shared: one encoder for queries and passages (True) or untied copies (False).
@@ -135,8 +134,12 @@ class DualEncoder(nn.Module):
             about half of MiniLM's training forward pass on CPU (the full-step benchmark in
             ``bench/`` showed a smaller difference).
         hidden_dropout: override the checkpoint's hidden-state dropout (None = keep).
+        query_prompt, passage_prompt: text put before every query / passage before tokenization (E5: ``"query: "``
+            / ``"passage: "``; BGE: an instruction before queries only; ``conf/prompts``); None = the checkpoint's
+            (saved ones, else its sentence-transformers ``prompts``), else none. Saved with the model and written as
+            its sentence-transformers prompts, so ``encode_query`` / ``encode_document`` apply them.
         prefer_saved: when the checkpoint folder has ``multipos_encoder.json`` (written by
-            :meth:`save_pretrained`), its pooling/normalize/temperature/shared win over the values given
+            :meth:`save_pretrained`), its pooling/normalize/temperature/shared/prompts win over the values given
             here (each difference is logged as a warning naming the field, both values and the file).
             False: the values given here win (None still means "the saved value").
         trust_remote_code: passed to ``AutoModel``/``AutoTokenizer``; off unless configured.
@@ -186,17 +189,21 @@ class DualEncoder(nn.Module):
         hidden_dropout: float | None = None,
         prefer_saved: bool = True,
         trust_remote_code: bool = False,
+        query_prompt: str | None = None,
+        passage_prompt: str | None = None,
     ):
         super().__init__()
         path = resolve_model(name_or_path)
         if Path(path).is_dir():
             check_checkpoint_dir(path)
-        given = {"pooling": pooling, "normalize": normalize, "temperature": temperature, "shared": shared}
+        given = {"pooling": pooling, "normalize": normalize, "temperature": temperature, "shared": shared,
+                 "query_prompt": query_prompt, "passage_prompt": passage_prompt}
         settings = _resolve_settings(path, given, prefer_saved)
         self.pooling = settings["pooling"]
         self.normalize = settings["normalize"]
         self.temperature = settings["temperature"]
         self.shared = settings["shared"]
+        self.query_prompt, self.passage_prompt = settings["query_prompt"], settings["passage_prompt"]
         if self.pooling not in POOLINGS:
             raise ValueError(f"unknown pooling {self.pooling!r} (model.pooling); allowed: {', '.join(POOLINGS)}")
         if self.temperature <= 0:
@@ -222,6 +229,8 @@ class DualEncoder(nn.Module):
         # from_pretrained returns eval mode; training must turn dropout back on (MACHINE-NOTES).
         self.train()
         self.tokenizer = AutoTokenizer.from_pretrained(query_path, trust_remote_code=trust_remote_code)
+        if self.pooling == "lasttoken" and ensure_eos(self.tokenizer):
+            log.info("model.pooling=lasttoken: the tokenizer now appends its EOS token %r", self.tokenizer.eos_token)
         check_tokenizer(self.tokenizer, self.query_encoder, query_path)
         if not self.shared:
             check_tokenizer(self.tokenizer, self.passage_encoder, query_path)
@@ -265,51 +274,31 @@ class DualEncoder(nn.Module):
         """Score matrix [B, N] = q [B, H] · p [N, H]ᵀ / τ, in float32."""
         return q.float() @ p.float().T / self.temperature
 
+    def prompt(self, kind: str) -> str:
+        """The prompt put before a ``query`` or ``passage`` text (``""`` for none)."""
+        return self.query_prompt if kind == "query" else self.passage_prompt
+
     def tokenize(self, texts: list[str], kind: str = "passage", max_length: int | None = None) -> dict[str, Tensor]:
-        """Tokenise ``texts`` with padding to the longest, truncated to the query/passage length."""
+        """Tokenise ``texts`` (``kind``'s prompt first, :meth:`prompt`) with padding to the longest, truncated to
+        the query/passage length in tokens (the prompt's tokens included, as sentence-transformers counts them)."""
         if max_length is None:
             max_length = self.query_max_length if kind == "query" else self.passage_max_length
+        prompt = self.prompt(kind)
+        texts = [prompt + t for t in texts] if prompt else list(texts)
         return self.tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
 
     def _save_side(self, folder: Path, encoder: nn.Module, max_length: int) -> None:
         """One encoder + tokenizer as a folder that is both a HF checkpoint and a sentence-transformers model."""
-        encoder.save_pretrained(folder)
-        self.tokenizer.save_pretrained(folder)
-        # the legacy (sentence-transformers 2–5) file layout, which 6.x still reads
-        modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-                   {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
-        if self.normalize:
-            modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
-            (folder / "2_Normalize").mkdir(exist_ok=True)
-        atomic.write_json(folder / "modules.json", modules)
-        atomic.write_json(folder / "sentence_bert_config.json", {"max_seq_length": int(max_length), "do_lower_case": False})
-        atomic.write_json(folder / "1_Pooling" / "config.json", {
-            "word_embedding_dimension": int(encoder.config.hidden_size),
-            "pooling_mode_cls_token": self.pooling == "cls",
-            "pooling_mode_mean_tokens": self.pooling == "mean",
-            "pooling_mode_max_tokens": False,
-            "pooling_mode_mean_sqrt_len_tokens": False,
-            "pooling_mode_weightedmean_tokens": False,
-            "pooling_mode_lasttoken": False,
-            "include_prompt": True,
-        })
-        import transformers
-
-        atomic.write_json(folder / "config_sentence_transformers.json", {
-            "__version__": {"sentence_transformers": _ST_FORMAT_VERSION, "transformers": transformers.__version__,
-                            "pytorch": torch.__version__},
-            "prompts": {},
-            "default_prompt_name": None,
-            # τ is not part of the embeddings: multipos scores are these similarities / τ (same ranking)
-            "similarity_fn_name": "cosine" if self.normalize else "dot",
-        })
+        write_side(folder, encoder, self.tokenizer, self.pooling, self.normalize, max_length, self.query_prompt,
+                   self.passage_prompt)
 
     def save_pretrained(self, path: str | Path) -> None:
         """Save as a Hugging Face + sentence-transformers folder (layout: see the class docstring).
 
         Shared encoder: ``path`` is loadable by ``AutoModel``/``AutoTokenizer``/``SentenceTransformer``.
         Untied encoders: ``path/query_encoder/`` and ``path/passage_encoder/`` are, each on its own; ``path``
-        itself is not. Pooling, normalisation, τ and ``shared`` go to ``multipos_encoder.json``.
+        itself is not. Pooling, normalisation, τ, ``shared`` and the prompts go to ``multipos_encoder.json``; the
+        prompts also to each side's sentence-transformers ``prompts`` (:func:`multipos.st_format.write_side`).
 
         The folder is written to ``<path>.tmp-<pid>`` and renamed to ``path`` when complete (an existing
         ``path`` is moved aside first and removed afterwards; :func:`multipos.atomic.replace_dir`), so ``path``
@@ -329,7 +318,7 @@ class DualEncoder(nn.Module):
                 self._save_side(tmp / "query_encoder", self.query_encoder, self.query_max_length)
                 self._save_side(tmp / "passage_encoder", self.passage_encoder, self.passage_max_length)
             meta = {"pooling": self.pooling, "normalize": self.normalize, "temperature": self.temperature,
-                    "shared": self.shared}
+                    "shared": self.shared, "query_prompt": self.query_prompt, "passage_prompt": self.passage_prompt}
             atomic.write_json(tmp / _CONFIG_FILE, meta)
 
     @torch.no_grad()
@@ -352,4 +341,6 @@ class DualEncoder(nn.Module):
                 flat = t.detach().float().flatten()
                 h.update(flat[:: max(1, flat.numel() // 64)].cpu().numpy().tobytes())
         h.update(f"{self.pooling}{self.normalize}".encode())
+        if self.query_prompt or self.passage_prompt:  # (no prompt: the key caches written before prompts existed)
+            h.update(f"prompts:{self.query_prompt}\x00{self.passage_prompt}".encode())
         return h.hexdigest()[:16]

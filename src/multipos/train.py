@@ -119,6 +119,7 @@ def train(cfg: DictConfig) -> dict | None:
     steps = [datamodule.steps_per_epoch(s.regime, world) * s.epochs if s.epochs else 0 for s in stages]  # data errors here
     spans = schedule_spans(stages, steps)
     model = instantiate(cfg.model, **start_weights(cfg))  # checkpoint and tokenizer errors, before anything is written
+    datamodule.use_encoder_inputs(model)  # its tokenizer and prompts
     index = None
     if any(s.epochs > 0 for s in stages):  # query-side: freeze E_d, encode the corpus once (the embedding cache)
         index = frozen_passage_index(cfg.get("passages"), model, datamodule.corpus, cache_dir())

@@ -182,6 +182,15 @@ class MultiPosDataModule(L.LightningDataModule):
         self.negative_pools: dict[str, list[str]] | None = None
         #: False under query-side fine-tuning: batches carry passage ids only (looked up in the frozen index)
         self.tokenize_passages = True
+        #: text put before every query / passage (the trained model's prompts: :meth:`use_encoder_inputs`)
+        self.query_prompt, self.passage_prompt = "", ""
+
+    def use_encoder_inputs(self, model) -> None:
+        """Tokenise as ``model`` (a :class:`multipos.model.DualEncoder`) does: its tokenizer (with the EOS rule of
+        last-token pooling) and its query / passage prompts, so training sees the inputs evaluation and
+        sentence-transformers see. The training driver calls this once the model is built."""
+        self._tokenizer = model.tokenizer
+        self.query_prompt, self.passage_prompt = model.query_prompt, model.passage_prompt
 
     def set_stage(self, regime: str, single_positive: str | None) -> None:
         """Select the positive regime and the single-positive rule of the next stage (from its stage config); the
@@ -267,11 +276,11 @@ class MultiPosDataModule(L.LightningDataModule):
     def collate(self, groups: list[Group]) -> Batch:
         """Tokenise a list of groups and build the [B, B·G] masks."""
         positive_mask, negative_mask = group_masks(groups)
-        q = self.tokenizer([g.query for g in groups], padding=True, truncation=True,
+        q = self.tokenizer([self.query_prompt + g.query for g in groups], padding=True, truncation=True,
                            max_length=self.query_max_length, return_tensors="pt")
         p = None
         if self.tokenize_passages:
-            texts = [self.corpus[p].full_text() for g in groups for p in g.passage_ids]
+            texts = [self.passage_prompt + self.corpus[p].full_text() for g in groups for p in g.passage_ids]
             p = dict(self.tokenizer(texts, padding=True, truncation=True, max_length=self.passage_max_length,
                                     return_tensors="pt"))
         return Batch(dict(q), p, positive_mask, negative_mask, [g.query_id for g in groups],

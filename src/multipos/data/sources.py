@@ -91,13 +91,14 @@ def mine_bm25_negatives(corpus: Corpus, queries: dict[str, str], judged: dict[st
 def teacher_order(queries: list[TrainQuery], query_texts: dict[str, str], corpus: Corpus, teacher: str,
                   source: str, query_max_length: int = 32, passage_max_length: int = 256, *,
                   pooling: str | None = None, normalize: bool | None = None,
-                  trust_remote_code: bool = False) -> None:
+                  trust_remote_code: bool = False, prompts: dict | None = None) -> None:
     """Reorder each query's gold and silver positives by descending teacher score (in place). Cached.
 
     ``teacher`` is a checkpoint name/path loaded as a :class:`~multipos.model.DualEncoder` with the
     checkpoint's own settings: the pooling/normalisation saved in its ``multipos_encoder.json``, else
     ``pooling`` / ``normalize`` (pass the model config's ``model.pooling`` / ``model.normalize``), else those
     of its sentence-transformers files (mean + L2 for all-MiniLM-L6-v2), else the DualEncoder defaults.
+    ``prompts``: ``{"query": …, "passage": …}`` (the model config's prompts; None values = the checkpoint's own).
 
     The cache key holds the teacher's weights and settings (:meth:`DualEncoder.fingerprint` over both
     encoders, pooling and normalisation), not only its name: a retrained checkpoint at the same path, or
@@ -107,8 +108,10 @@ def teacher_order(queries: list[TrainQuery], query_texts: dict[str, str], corpus
     from multipos.model import DualEncoder
     from multipos.retrieval.encoding import cached_encode, encode
 
+    prompts = dict(prompts or {})
     model = DualEncoder(teacher, pooling=pooling, normalize=normalize, query_max_length=query_max_length,
-                        passage_max_length=passage_max_length, trust_remote_code=trust_remote_code)
+                        passage_max_length=passage_max_length, trust_remote_code=trust_remote_code,
+                        query_prompt=prompts.get("query"), passage_prompt=prompts.get("passage"))
 
     def compute():
         # the whole corpus through the embedding cache: the same embeddings as the zero-shot reference, evaluation and
@@ -154,7 +157,8 @@ class BeirGradedSource:
             (:class:`multipos.callbacks.NegativeRefresh`), None = never.
         ordering: ``given`` (qrels file order) or ``teacher``; teacher: checkpoint for ``teacher``.
         teacher_pooling, teacher_normalize: the teacher's pooling and L2 when its checkpoint saved none
-            (the data configs pass the model config's).
+            (the data configs pass the model config's); teacher_prompts: ``{"query": …, "passage": …}`` (the model
+            config's prompts; None = the teacher checkpoint's own).
         max_queries: keep only the first N queries (smoke tests); None = all.
 
     Queries whose judgments are all below ``silver_grade`` have no positive: they are kept (their judged
@@ -169,7 +173,8 @@ class BeirGradedSource:
                  negative_depth: int = 100, ordering: str = "given", teacher: str | None = None,
                  max_queries: int | None = None, teacher_pooling: str | None = None,
                  teacher_normalize: bool | None = None, negatives: str = "bm25", negative_model: str | None = None,
-                 negative_encoder: dict | None = None, negative_refresh_epochs: int | None = None):
+                 negative_encoder: dict | None = None, negative_refresh_epochs: int | None = None,
+                 teacher_prompts: dict | None = None):
         _check_negative_options(negatives, ("bm25", "dense"), negative_model, negative_refresh_epochs, negative_depth)
         self.negatives, self.negative_model = negatives, negative_model
         self.negative_encoder, self.negative_refresh_epochs = negative_encoder, negative_refresh_epochs
@@ -182,6 +187,7 @@ class BeirGradedSource:
         self.negative_depth, self.ordering, self.teacher = negative_depth, ordering, teacher
         self.max_queries = max_queries
         self.teacher_pooling, self.teacher_normalize = teacher_pooling, teacher_normalize
+        self.teacher_prompts = dict(teacher_prompts) if teacher_prompts else None
 
     def load(self) -> tuple[Corpus, list[TrainQuery]]:
         folder = resolve_dataset(self.path)
@@ -219,7 +225,7 @@ class BeirGradedSource:
             q.negatives = negatives.get(q.query_id, [])
         if self.ordering == "teacher":
             teacher_order(queries, texts, corpus, self.teacher, tag, pooling=self.teacher_pooling,
-                          normalize=self.teacher_normalize)
+                          normalize=self.teacher_normalize, prompts=self.teacher_prompts)
         return corpus, queries
 
 
