@@ -84,7 +84,7 @@ def _hashed_targets(node):
 #: key is left out of the hash, so finished sweeps stay finished. {dotted key: neutral value}.
 NEUTRAL_SETTINGS = {
     "init_from": None,
-    "model.query_prompt": None, "model.passage_prompt": None,
+    "model.query_prompt": None, "model.passage_prompt": None, "model.lora": None,
     "data.source.negative_encoder.query_prompt": None, "data.source.negative_encoder.passage_prompt": None,
     "data.source.teacher_prompts": {"query": None, "passage": None},
 }

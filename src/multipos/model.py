@@ -13,6 +13,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from multipos import atomic
 from multipos.assets import ENCODER_SETTINGS_FILE, check_checkpoint_dir, resolve_model
+from multipos.lora import LoraSettings, add_adapters, has_adapters, merged_copy, save_adapter
 from multipos.st_format import POOLING_MODES, read_settings, write_side
 
 log = logging.getLogger(__name__)
@@ -138,6 +139,9 @@ class DualEncoder(nn.Module):
             / ``"passage: "``; BGE: an instruction before queries only; ``conf/prompts``); None = the checkpoint's
             (saved ones, else its sentence-transformers ``prompts``), else none. Saved with the model and written as
             its sentence-transformers prompts, so ``encode_query`` / ``encode_document`` apply them.
+        lora: LoRA adapters (:class:`multipos.lora.LoraSettings` fields: ``r``, ``alpha``, ``dropout``,
+            ``target_modules``, ``sides``, ``save_adapter``); only the adapters train, and a saved model holds the
+            merged weights. None = full fine-tuning.
         prefer_saved: when the checkpoint folder has ``multipos_encoder.json`` (written by
             :meth:`save_pretrained`), its pooling/normalize/temperature/shared/prompts win over the values given
             here (each difference is logged as a warning naming the field, both values and the file).
@@ -191,6 +195,7 @@ class DualEncoder(nn.Module):
         trust_remote_code: bool = False,
         query_prompt: str | None = None,
         passage_prompt: str | None = None,
+        lora: dict | None = None,
     ):
         super().__init__()
         path = resolve_model(name_or_path)
@@ -220,12 +225,21 @@ class DualEncoder(nn.Module):
         if hidden_dropout is not None:
             kwargs["hidden_dropout_prob"] = hidden_dropout
         query_path = str(Path(path, "query_encoder")) if untied_saved else path
+        self._passage_source = (str(Path(path, "passage_encoder")) if untied_saved else path, kwargs)
         self.query_encoder = AutoModel.from_pretrained(query_path, **kwargs)
+        self.lora = LoraSettings.from_config(lora)
+        if self.lora and self.lora.sides == "query":  # adapters on E_q only: E_d is its own (plain) encoder
+            self.shared = False
         if self.shared:
             self.passage_encoder = self.query_encoder
         else:
-            self.passage_encoder = AutoModel.from_pretrained(
-                str(Path(path, "passage_encoder")) if untied_saved else path, **kwargs)
+            self.passage_encoder = AutoModel.from_pretrained(self._passage_source[0], **kwargs)
+        if self.lora:
+            self.query_encoder = add_adapters(self.query_encoder, self.lora)
+            if self.shared:
+                self.passage_encoder = self.query_encoder
+            elif self.lora.sides == "both":
+                self.passage_encoder = add_adapters(self.passage_encoder, self.lora)
         # from_pretrained returns eval mode; training must turn dropout back on (MACHINE-NOTES).
         self.train()
         self.tokenizer = AutoTokenizer.from_pretrained(query_path, trust_remote_code=trust_remote_code)
@@ -239,11 +253,17 @@ class DualEncoder(nn.Module):
         """Query-side fine-tuning (DensePhrases, Lee et al. 2021): E_d stays the current (starting) weights and only
         E_q trains. A shared encoder is untied first: the passage side becomes a copy, so the saved model is the
         untied layout (``query_encoder/`` trained, ``passage_encoder/`` the starting checkpoint)."""
-        if self.shared:
+        if has_adapters(self.passage_encoder):
+            # LoRA: the plain starting weights (no adapter layers: the same weight names, so the corpus embeddings
+            # the zero-shot reference cached are found again)
+            source, kwargs = self._passage_source
+            self.passage_encoder = AutoModel.from_pretrained(source, **kwargs).to(
+                next(self.query_encoder.parameters()).device)
+        elif self.shared:
             import copy
 
             self.passage_encoder = copy.deepcopy(self.query_encoder)
-            self.shared = False
+        self.shared = False
         self.passage_encoder.requires_grad_(False)
 
     @property
@@ -288,8 +308,11 @@ class DualEncoder(nn.Module):
         return self.tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
 
     def _save_side(self, folder: Path, encoder: nn.Module, max_length: int) -> None:
-        """One encoder + tokenizer as a folder that is both a HF checkpoint and a sentence-transformers model."""
-        write_side(folder, encoder, self.tokenizer, self.pooling, self.normalize, max_length, self.query_prompt,
+        """One encoder + tokenizer as a folder that is both a HF checkpoint and a sentence-transformers model
+        (LoRA: the merged weights, and with ``lora.save_adapter`` the adapter alone in ``<folder>/adapter/``)."""
+        if self.lora and self.lora.save_adapter and has_adapters(encoder):
+            save_adapter(encoder, folder / "adapter")
+        write_side(folder, merged_copy(encoder), self.tokenizer, self.pooling, self.normalize, max_length, self.query_prompt,
                    self.passage_prompt)
 
     def save_pretrained(self, path: str | Path) -> None:

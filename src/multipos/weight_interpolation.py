@@ -79,7 +79,12 @@ def interpolate_toward_start(model, start: str, alpha: float) -> None:
     """
     if float(alpha) == 1.0:
         return
+    from multipos.lora import has_adapters
     from multipos.model import DualEncoder
+
+    if has_adapters(model.query_encoder):
+        raise ValueError("wise_ft.alpha < 1 with model.lora: interpolation needs full weights; LoRA's update is "
+                         "already a scaled low-rank step (lower model.lora.alpha instead)")
 
     theta0 = DualEncoder(start, pooling=model.pooling, normalize=model.normalize, temperature=model.temperature,
                          shared=True, prefer_saved=False)
