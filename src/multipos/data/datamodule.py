@@ -270,6 +270,8 @@ class MultiPosDataModule(L.LightningDataModule):
             self.stats = {"regime": self.stage_regime, "training_queries": len(self.dataset),
                           "positive_labels": labels, "all_queries": len(self.queries), "budget": self.budget,
                           "skipped_no_positive": len(skipped), "topped_up_negatives": len(short)}
+            if getattr(self.source, "filter_counts", None):  # positive-aware filtering of the mined negatives
+                self.stats["negative_filter"] = dict(self.source.filter_counts)
             log.info("regime %s: %d of %d training queries, %d positive labels%s", self.stage_regime,
                      len(self.dataset), len(self.queries), labels, f" (budget {self.budget})" if self.budget else "")
 

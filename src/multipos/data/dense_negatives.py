@@ -153,6 +153,20 @@ def mine_dense_negatives(model, corpus: Corpus, queries: dict[str, str], judged:
     return pools
 
 
+def load_encoder(name_or_path: str, encoder: dict | None = None):
+    """The miner's :class:`~multipos.model.DualEncoder`: ``name_or_path`` with the keyword arguments ``encoder``
+    (``data.source.negative_encoder``). Raises ValueError naming ``data.source.negative_encoder`` for a keyword
+    DualEncoder does not take."""
+    from multipos.model import DualEncoder
+
+    encoder = dict(encoder or {})
+    allowed = set(inspect.signature(DualEncoder).parameters) - {"name_or_path"}
+    unknown = sorted(set(encoder) - allowed)
+    if unknown:
+        raise ValueError(f"data.source.negative_encoder: unknown keys {unknown}; allowed: {sorted(allowed)}")
+    return DualEncoder(name_or_path, **encoder)
+
+
 def mine_with_checkpoint(name_or_path: str, corpus: Corpus, queries: dict[str, str], judged: dict[str, set[str]],
                          depth: int, encoder: dict | None = None) -> dict[str, list[str]]:
     """:func:`mine_dense_negatives` with the checkpoint ``name_or_path`` loaded as a DualEncoder with the keyword
@@ -162,14 +176,7 @@ def mine_with_checkpoint(name_or_path: str, corpus: Corpus, queries: dict[str, s
 
     Raises ValueError naming ``data.source.negative_encoder`` for a keyword DualEncoder does not take.
     """
-    from multipos.model import DualEncoder
-
-    encoder = dict(encoder or {})
-    allowed = set(inspect.signature(DualEncoder).parameters) - {"name_or_path"}
-    unknown = sorted(set(encoder) - allowed)
-    if unknown:
-        raise ValueError(f"data.source.negative_encoder: unknown keys {unknown}; allowed: {sorted(allowed)}")
-    model = DualEncoder(name_or_path, **encoder)
+    model = load_encoder(name_or_path, encoder)
     log.info("mining dense negatives with %s (%s pooling%s), depth %d", name_or_path, model.pooling,
              ", L2" if model.normalize else "", depth)
     pools = mine_dense_negatives(model, corpus, queries, judged, depth, embedding_cache=cache_dir())

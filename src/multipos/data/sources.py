@@ -28,6 +28,7 @@ from pathlib import Path
 from multipos import atomic
 from multipos.assets import cache_dir, resolve_dataset
 from multipos.data.groups import TrainQuery, unjudged_negatives
+from multipos.data.negative_filter import NegativeFilter
 from multipos.data.beir import check_qrels_ids, check_query_texts, read_corpus, read_queries
 from multipos.data.tevatron import load_tevatron_hf, read_tevatron
 from multipos.data.trec import read_qrels
@@ -56,6 +57,23 @@ def _dense_pools(model: str, encoder: dict | None, corpus: Corpus, queries: list
 
     return mine_with_checkpoint(model, corpus, {q.query_id: q.query for q in queries},
                                 {q.query_id: q.judged for q in queries}, depth, encoder)
+
+
+def _filter_pools(rule, model: str, encoder: dict | None, corpus: Corpus, queries: list[TrainQuery]) -> dict:
+    """Apply the positive-aware filter (:mod:`multipos.data.negative_filter`) to every query's mined negatives with
+    the scores of ``model`` (the miner's checkpoint and settings: ``data.source.negative_model`` /
+    ``negative_encoder``); positives in their current order (teacher order when the source orders them).
+    Returns the counts for ``run_info.json``."""
+    from multipos.data.dense_negatives import load_encoder
+    from multipos.data.negative_filter import score_and_filter
+
+    scorer = load_encoder(model, encoder)
+    pools, counts = score_and_filter(scorer, corpus, {q.query_id: q.query for q in queries},
+                                     {q.query_id: q.negatives for q in queries},
+                                     {q.query_id: [*q.gold, *q.silver] for q in queries}, rule, cache_dir())
+    for q in queries:
+        q.negatives = pools[q.query_id]
+    return counts
 
 
 def _cache_json(name: str, settings: dict, compute):
@@ -156,6 +174,8 @@ class BeirGradedSource:
         negative_refresh_epochs: re-mine with the weights being trained every K epochs
             (:class:`multipos.callbacks.NegativeRefresh`), None = never.
         ordering: ``given`` (qrels file order) or ``teacher``; teacher: checkpoint for ``teacher``.
+        negative_filter: positive-aware filtering of the mined negatives (``{share, margin, reference}``,
+            :class:`multipos.data.negative_filter.NegativeFilter`; scored by ``negative_model``), None = off.
         teacher_pooling, teacher_normalize: the teacher's pooling and L2 when its checkpoint saved none
             (the data configs pass the model config's); teacher_prompts: ``{"query": …, "passage": …}`` (the model
             config's prompts; None = the teacher checkpoint's own).
@@ -174,7 +194,7 @@ class BeirGradedSource:
                  max_queries: int | None = None, teacher_pooling: str | None = None,
                  teacher_normalize: bool | None = None, negatives: str = "bm25", negative_model: str | None = None,
                  negative_encoder: dict | None = None, negative_refresh_epochs: int | None = None,
-                 teacher_prompts: dict | None = None):
+                 teacher_prompts: dict | None = None, negative_filter: dict | None = None):
         _check_negative_options(negatives, ("bm25", "dense"), negative_model, negative_refresh_epochs, negative_depth)
         self.negatives, self.negative_model = negatives, negative_model
         self.negative_encoder, self.negative_refresh_epochs = negative_encoder, negative_refresh_epochs
@@ -188,6 +208,8 @@ class BeirGradedSource:
         self.max_queries = max_queries
         self.teacher_pooling, self.teacher_normalize = teacher_pooling, teacher_normalize
         self.teacher_prompts = dict(teacher_prompts) if teacher_prompts else None
+        self.negative_filter = NegativeFilter.from_config(negative_filter)
+        self.filter_counts: dict | None = None
 
     def load(self) -> tuple[Corpus, list[TrainQuery]]:
         folder = resolve_dataset(self.path)
@@ -226,6 +248,9 @@ class BeirGradedSource:
         if self.ordering == "teacher":
             teacher_order(queries, texts, corpus, self.teacher, tag, pooling=self.teacher_pooling,
                           normalize=self.teacher_normalize, prompts=self.teacher_prompts)
+        if self.negative_filter:  # after the ordering: reference=first means the teacher's best positive
+            self.filter_counts = _filter_pools(self.negative_filter, self.negative_model, self.negative_encoder,
+                                               corpus, queries)
         return corpus, queries
 
 
@@ -244,7 +269,8 @@ class TevatronSource:
             judged passages, here its positives.
         negative_corpus: a BEIR ``corpus.jsonl`` the miners search (the full collection, e.g. MS MARCO's 8.8M
             passages), the training file's passages added to it; None = the training file's passages only.
-        negative_depth, negative_model, negative_encoder, negative_refresh_epochs: as in :class:`BeirGradedSource`.
+        negative_depth, negative_model, negative_encoder, negative_refresh_epochs, negative_filter: as in
+            :class:`BeirGradedSource`.
 
     Raises: DataFormatError for a bad line (file and line, see :func:`multipos.data.tevatron.parse_tevatron`), a
     query id on two lines (naming both) or no line at all; ValueError for bad hard-negative settings (naming the
@@ -255,13 +281,18 @@ class TevatronSource:
     def __init__(self, path: str, split: str = "train", gold_positives: int = 0, max_queries: int | None = None,
                  negatives: str = "given", negative_depth: int = 100, negative_model: str | None = None,
                  negative_encoder: dict | None = None, negative_refresh_epochs: int | None = None,
-                 negative_corpus: str | None = None):
+                 negative_corpus: str | None = None, negative_filter: dict | None = None):
         _check_negative_options(negatives, ("given", "bm25", "dense"), negative_model, negative_refresh_epochs,
                                 negative_depth)
         self.path, self.split, self.gold_positives, self.max_queries = path, split, gold_positives, max_queries
         self.negatives, self.negative_depth, self.negative_model = negatives, negative_depth, negative_model
         self.negative_encoder, self.negative_refresh_epochs = negative_encoder, negative_refresh_epochs
         self.negative_corpus = negative_corpus
+        self.negative_filter = NegativeFilter.from_config(negative_filter)
+        if self.negative_filter and negatives == "given":
+            raise ValueError("data.source.negative_filter filters mined negatives: set data.source.negatives to bm25 "
+                             "or dense (the file's own negative_passages are kept as given)")
+        self.filter_counts: dict | None = None
 
     def load(self) -> tuple[Corpus, list[TrainQuery]]:
         p = Path(self.path).expanduser()
@@ -298,5 +329,8 @@ class TevatronSource:
         if self.negatives != "given":
             for q in queries:
                 q.negatives = pools.get(q.query_id, [])
+            if self.negative_filter:
+                self.filter_counts = _filter_pools(self.negative_filter, self.negative_model, self.negative_encoder,
+                                                   corpus, queries)
         return corpus, queries
 
