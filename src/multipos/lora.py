@@ -17,6 +17,8 @@ from pathlib import Path
 
 from torch import nn
 
+from multipos.config_mapping import dataclass_fields_only
+
 __all__ = ["LoraSettings", "add_adapters", "has_adapters", "merged_copy", "save_adapter"]
 
 SIDES = ("both", "query")
@@ -54,12 +56,9 @@ class LoraSettings:
     def from_config(cls, node) -> "LoraSettings | None":
         """Settings from a ``model.lora`` mapping (None or an empty mapping: no LoRA). Raises ValueError naming an
         unknown field."""
-        if not node:
+        node = dataclass_fields_only(cls, node, "model.lora")
+        if node is None:
             return None
-        node = dict(node)
-        unknown = sorted(set(node) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ValueError(f"model.lora: unknown fields {unknown}; allowed: {', '.join(cls.__dataclass_fields__)}")
         if "target_modules" in node:
             node["target_modules"] = tuple(str(m) for m in node["target_modules"])
         return cls(**node)

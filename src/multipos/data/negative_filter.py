@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from multipos.config_mapping import dataclass_fields_only
+
 __all__ = ["NegativeFilter", "filter_negatives", "score_and_filter"]
 
 log = logging.getLogger(__name__)
@@ -53,13 +55,8 @@ class NegativeFilter:
     def from_config(cls, node) -> "NegativeFilter | None":
         """From a ``data.source.negative_filter`` mapping; None (or empty) = no filtering. Raises ValueError naming
         an unknown field."""
-        if not node:
-            return None
-        node = dict(node)
-        unknown = sorted(set(node) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ValueError(f"data.source.negative_filter: unknown fields {unknown}; allowed: share, margin, reference")
-        return cls(**node)
+        node = dataclass_fields_only(cls, node, "data.source.negative_filter")
+        return None if node is None else cls(**node)
 
     def ceiling(self, positive_scores: np.ndarray) -> float:
         """The highest score a negative may have: from the reference positive score (``positive_scores`` in the
