@@ -1,14 +1,16 @@
 """Hydra entry point: python evaluate.py model.name_or_path=<HF checkpoint dir> eval=<set>[,<set>...]."""
 
 import sys
+from pathlib import Path
 
 import hydra
 
-from multipos.config_resolvers import register_resolvers
+from multipos.config_resolvers import register_eval_sets, register_resolvers
 from omegaconf import DictConfig
 
 
 register_resolvers()  # before Hydra composes the config
+register_eval_sets(Path(__file__).parent / "conf")  # eval=<set>: one set of conf/benchmark
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")

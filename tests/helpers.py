@@ -6,7 +6,7 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
-from multipos.config_resolvers import register_resolvers
+from multipos.config_resolvers import register_eval_sets, register_resolvers
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -17,6 +17,7 @@ def compose_cfg(config_name: str, overrides: list[str], return_hydra_config: boo
     """Compose ``conf/<config_name>.yaml`` with ``overrides`` (Hydra override syntax); with
     ``return_hydra_config`` the ``hydra`` node (sweeper, launcher) is kept."""
     register_resolvers()  # what train.py / evaluate.py do before Hydra composes
+    register_eval_sets(CONF)
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         return compose(config_name=config_name, overrides=overrides, return_hydra_config=return_hydra_config)
 

@@ -159,3 +159,15 @@ def test_table3_trains_nothing_in_either_fine_tuning(fine_tuning):
     assert cfg.init_from.startswith(f"multirun/table2_homogeneous-cpu{suffix}/")
     if extra:  # every other study trains 3 epochs query-side
         assert compose_cfg("train", ["experiment=table2_homogeneous", *extra, "paths.output_dir=out"]).trainer.max_epochs == 3
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (Path(CONF) / "benchmark").glob("*.yaml")))
+def test_each_benchmark_is_an_eval_choice_defined_once(name):
+    """``eval=<set>`` selects the set ``conf/benchmark/<set>.yaml`` with the shared settings (registered by
+    ``multipos.config_resolvers.register_eval_sets``; no ``conf/eval`` file repeats a set)."""
+    assert not (Path(CONF) / "eval" / f"{name}.yaml").exists()
+    for config in ("train", "evaluate"):
+        cfg = compose_cfg(config, [f"eval={name}", "model.name_or_path=x"])
+        assert list(cfg.eval.test_sets) == [name] and cfg.eval.k == 1000
+        bench = OmegaConf.load(Path(CONF) / "benchmark" / f"{name}.yaml")
+        assert OmegaConf.to_container(cfg.eval.test_sets[name]) == OmegaConf.to_container(bench)

@@ -1,4 +1,5 @@
-"""The OmegaConf resolvers the configs under ``conf/`` use, registered where a config is loaded.
+"""What the configs under ``conf/`` need besides their files, registered where a config is loaded: the OmegaConf
+resolvers, and one ``eval=<set>`` choice per evaluation set (:func:`register_eval_sets`).
 
 :func:`register_resolvers` is called by the entry points (``train.py``, ``evaluate.py``), by the report when it
 resolves a run's saved config (:func:`multipos.report.runs.config_node`) and by the tests' compose helper; importing
@@ -16,7 +17,7 @@ from omegaconf import OmegaConf
 
 from multipos.hardware import auto_precision, auto_workers, native_bf16
 
-__all__ = ["register_resolvers", "sweep_dir", "optuna_storage"]
+__all__ = ["register_resolvers", "register_eval_sets", "sweep_dir", "optuna_storage"]
 
 
 def _beir_sets(paths, split="test", metrics=("ndcg@10",)):
@@ -54,3 +55,18 @@ def register_resolvers() -> None:
     OmegaConf.register_new_resolver("sweep_dir", sweep_dir, replace=True)
     OmegaConf.register_new_resolver("optuna_storage", optuna_storage, replace=True)
     OmegaConf.register_new_resolver("beir_sets", _beir_sets, replace=True)
+
+
+def register_eval_sets(conf_dir: str | Path) -> list[str]:
+    """Make ``eval=<name>`` select the one evaluation set ``conf/benchmark/<name>.yaml`` (with
+    ``conf/eval/settings.yaml``) for every benchmark file, through Hydra's ConfigStore: each set is defined once, in
+    its benchmark file, and no ``conf/eval`` file repeats it. A ``conf/eval/<name>.yaml`` file of the same name would
+    win (Hydra reads the config path first); there is none. Returns the names registered."""
+    from hydra.core.config_store import ConfigStore
+
+    names = sorted(p.stem for p in Path(conf_dir, "benchmark").glob("*.yaml"))
+    store = ConfigStore.instance()
+    for name in names:
+        store.store(group="eval", name=name,
+                    node={"defaults": ["settings", {f"/benchmark@test_sets.{name}": name}, "_self_"]})
+    return names

@@ -19,7 +19,9 @@ from multipos.data.trec import read_qrels, read_run
 from multipos.data.types import DataFormatError
 from tests.helpers import CONF, compose_cfg
 
-EVAL_CONFIGS = sorted(p.stem for p in (Path(CONF) / "eval").glob("*.yaml") if p.stem not in ("settings", "beir"))
+#: the eval files, and one eval choice per benchmark file (multipos.config_resolvers.register_eval_sets)
+EVAL_CONFIGS = sorted({p.stem for p in (Path(CONF) / "eval").glob("*.yaml") if p.stem not in ("settings", "beir")}
+                      | {p.stem for p in (Path(CONF) / "benchmark").glob("*.yaml")})
 
 
 # --- selecting sets ------------------------------------------------------------------------------------------
