@@ -122,6 +122,29 @@ def test_decoder_embedder_appends_eos_pools_it_and_exports_the_same_pooling(tiny
     torch.testing.assert_close(torch.as_tensor(st.encode_document(PASSAGES)).float(), p, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("existing", ["bos_template", "byte_level"])
+def test_eos_is_appended_after_what_the_tokenizer_already_does(tiny_decoder, tmp_path, existing):
+    """A post-processor that adds BOS (Llama-style) keeps it, one that adds no token (byte-level offsets, GPT-2 /
+    Qwen-style) keeps working; EOS comes last, once, and the rule survives save / load."""
+    from tokenizers import processors
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_decoder))
+    if existing == "bos_template":
+        tok.add_special_tokens({"bos_token": "<s>"})
+        tok.backend_tokenizer.post_processor = processors.TemplateProcessing(
+            single="<s>:0 $A:0", pair="<s>:0 $A:0 $B:1", special_tokens=[("<s>", tok.bos_token_id)])
+    else:
+        tok.backend_tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    plain = tok("heart risk")["input_ids"]
+    assert ensure_eos(tok)
+    ids = tok("heart risk")["input_ids"]
+    assert ids == [*plain, tok.eos_token_id]
+    tok.save_pretrained(tmp_path / "tok")
+    again = AutoTokenizer.from_pretrained(str(tmp_path / "tok"))
+    assert again("heart risk")["input_ids"] == ids and not ensure_eos(again)
+
+
 def test_last_token_pooling_needs_an_eos_token(tiny_bert):
     with pytest.raises(ValueError, match="lasttoken needs a tokenizer with an EOS token"):
         DualEncoder(str(tiny_bert), pooling="lasttoken")

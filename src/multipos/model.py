@@ -71,11 +71,32 @@ def ensure_eos(tokenizer) -> bool:
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError("model.pooling=lasttoken: the tokenizer does not append its EOS token and is not a fast "
                          "tokenizer whose post-processor could")
-    from tokenizers.processors import TemplateProcessing
+    from tokenizers import processors
 
-    tokenizer.backend_tokenizer.post_processor = TemplateProcessing(
-        single=f"$A:0 {eos}:0", pair=f"$A:0 {eos}:0 $B:1 {eos}:1", special_tokens=[(eos, eos_id)])
+    backend = tokenizer.backend_tokenizer
+    spec = json.loads(backend.to_str()).get("post_processor") or {}
+    if spec.get("type") == "TemplateProcessing":  # e.g. one that adds BOS: kept, EOS appended at the end
+        single, pair = _template(spec["single"]), _template(spec["pair"])
+        special = [(name, int(tok["ids"][0])) for name, tok in spec.get("special_tokens", {}).items()]
+        backend.post_processor = processors.TemplateProcessing(
+            single=f"{single} {eos}:0", pair=f"{pair} {eos}:1", special_tokens=[*special, (eos, eos_id)])
+    else:  # none, or one that adds no token (byte-level offsets): EOS after whatever it does
+        append = processors.TemplateProcessing(single=f"$A:0 {eos}:0", pair=f"$A:0 {eos}:0 $B:1 {eos}:1",
+                                               special_tokens=[(eos, eos_id)])
+        backend.post_processor = append if backend.post_processor is None else processors.Sequence(
+            [backend.post_processor, append])
     return True
+
+
+def _template(pieces: list[dict]) -> str:
+    """A ``tokenizers`` TemplateProcessing template (its JSON pieces) as the string form, e.g. ``"<s>:0 $A:0"``."""
+    out = []
+    for piece in pieces:
+        if "SpecialToken" in piece:
+            out.append(f"{piece['SpecialToken']['id']}:{piece['SpecialToken']['type_id']}")
+        else:
+            out.append(f"${piece['Sequence']['id']}:{piece['Sequence']['type_id']}")
+    return " ".join(out)
 
 
 def check_tokenizer(tokenizer, encoder: nn.Module, where: str) -> None:
