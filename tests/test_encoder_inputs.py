@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from multipos.model import DualEncoder, ensure_eos, pool
+from multipos.model import DualEncoder, pool
+from multipos.tokenization import ensure_eos
 from multipos.retrieval.encoding import encode
 from multipos.st_format import read_settings
 

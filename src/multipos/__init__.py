@@ -4,7 +4,7 @@ Modules and subpackages, by concept:
 
 * the science: ``losses`` (objectives, one function per paper equation), ``stages`` (training-stage plans:
   regimes, curriculum), ``diagnostics`` (Sec. 3.3 gradient diagnostics);
-* ``config_mapping`` (settings dataclasses from config mappings), ``lora`` (LoRA adapters), ``st_format`` (the sentence-transformers folder format), ``hardware`` (native bf16, workers), ``config_resolvers`` (the configs' resolvers);
+* ``config_mapping`` (settings dataclasses from config mappings), ``tokenization`` (the EOS rule, tokenizer checks), ``lora`` (LoRA adapters), ``st_format`` (the sentence-transformers folder format), ``hardware`` (native bf16, workers), ``config_resolvers`` (the configs' resolvers);
 * ``data/``: ``types``, ``beir``, ``trec``, ``tevatron``, ``dpr`` (file formats and their data types), ``negative_filter`` (positive-aware hard-negative filtering), ``sources`` (training data, BM25 / teacher ordering), ``dense_negatives``
   (dense hard-negative mining and ANCE-style refresh), ``groups`` (group construction and masks), ``budget``
   (annotation budget), ``datamodule`` (LightningDataModule); ``assets`` (data and checkpoint locations);

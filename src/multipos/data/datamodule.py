@@ -293,10 +293,10 @@ class MultiPosDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         """Loader over the current stage's groups; raises ValueError when ``data.tokenizer`` has more tokens than
-        the trained model's embedding rows (:func:`multipos.model.check_tokenizer`)."""
+        the trained model's embedding rows (:func:`multipos.tokenization.check_tokenizer`)."""
         model = getattr(getattr(self.trainer, "lightning_module", None), "model", None) if self.trainer else None
         if model is not None and hasattr(model, "query_encoder"):
-            from multipos.model import check_tokenizer
+            from multipos.tokenization import check_tokenizer
 
             check_tokenizer(self.tokenizer, model.query_encoder, f"data.tokenizer={self.tokenizer_name}")
         ranks = (self.trainer.world_size, self.trainer.global_rank) if self.trainer is not None else (1, 0)
