@@ -17,7 +17,6 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from multipos.data.dense_negatives import mine_dense_negatives, pools_from_rows, pools_to_rows
-from multipos.data.negative_filter import score_and_filter
 from multipos.diagnostics import DEFAULT_OBJECTIVES, OUTPUT_KEYS, batch_diagnostics
 from multipos.evaluation.sets import EvalSet
 from multipos.losses import SINGLE_POSITIVE, check_name
@@ -177,15 +176,13 @@ class NegativeRefresh(L.Callback):
         queries = {q.query_id: q.query for q in datamodule.queries}
         judged = {q.query_id: q.judged for q in datamodule.queries}
         log.info("epoch %d: refreshing hard negatives with the current weights (every %d epochs)", epoch, self.every)
+        rule = getattr(datamodule.source, "negative_filter", None)  # positive-aware, by the weights being trained
+        positives = {q.query_id: [*q.gold, *q.silver] for q in datamodule.queries} if rule else None
+        counts: dict = {}
         pools = mine_dense_negatives(model, datamodule.corpus, queries, judged, int(datamodule.source.negative_depth),
-                                     device=None, **self.options)
-        rule = getattr(datamodule.source, "negative_filter", None)
-        if rule:  # positive-aware, scored by the weights being trained (the ones that mined the pools)
-            positives = {q.query_id: [*q.gold, *q.silver] for q in datamodule.queries}
-            pools, counts = score_and_filter(model, datamodule.corpus, queries, pools, positives, rule, None,
-                                             what=f"refreshed (epoch {epoch})", device=None,
-                                             batch_size=self.options["batch_size"], bf16=self.options["bf16"],
-                                             progress=self.options["progress"])
+                                     device=None, negative_filter=rule, positives=positives, filter_counts=counts,
+                                     **self.options)
+        if rule:
             datamodule.stats.setdefault("negative_filter_refresh", []).append({"epoch": epoch, **counts})
         datamodule.set_negatives(pools)
         qids = list(queries)

@@ -89,7 +89,8 @@ def _load_cached(path, query_ids: list[str], corpus_ids: list[str]) -> dict[str,
 def mine_dense_negatives(model, corpus: Corpus, queries: dict[str, str], judged: dict[str, set[str]], depth: int, *,
                          batch_size: int = 64, bf16: bool | None = None, device="auto", index: str = "flat",
                          index_options: dict | None = None, embedding_cache=None, cache: bool = True,
-                         progress: bool = True) -> dict[str, list[str]]:
+                         progress: bool = True, negative_filter=None, positives: dict[str, list[str]] | None = None,
+                         filter_counts: dict | None = None) -> dict[str, list[str]]:
     """Dense hard negatives: for each query, its ``depth`` best-scoring passages under ``model`` (inner product of
     :func:`multipos.retrieval.encoding.encode` embeddings, FAISS ``index`` over the whole corpus) that are not judged for it
     (any grade, 0 included: :func:`multipos.data.groups.unjudged_negatives`).
@@ -108,6 +109,9 @@ def mine_dense_negatives(model, corpus: Corpus, queries: dict[str, str], judged:
             (:meth:`DualEncoder.fingerprint` of both encoders, pooling and normalisation), the corpus
             (:func:`multipos.retrieval.encoding.corpus_digest` of ids and texts), the queries with their judged passages,
             depth, max lengths, precision and index: a second call with the same inputs encodes nothing.
+        negative_filter, positives: a :class:`multipos.data.negative_filter.NegativeFilter` applied to the mined
+            pools with the embeddings this call computed ({query id → positive ids, in order}); filtered pools are
+            not cached. filter_counts: a dict that receives the filter's settings and counts.
 
     Returns {query id → passage ids, best first}, in ``queries`` order. Cost: one encoding pass over the corpus
     and the queries plus one FAISS search (docs/hard-negatives.md). Raises ValueError for depth < 1.
@@ -126,6 +130,7 @@ def mine_dense_negatives(model, corpus: Corpus, queries: dict[str, str], judged:
                 "index_options": dict(index_options or {})}
     key = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     path = cache_dir() / "negatives" / f"dense-{key}.npz"
+    cache = cache and negative_filter is None
     if cache and (hit := _load_cached(path, qids, ids)) is not None:
         return hit
     pools: dict[str, list[str]] = {q: [] for q in qids}
@@ -143,6 +148,15 @@ def mine_dense_negatives(model, corpus: Corpus, queries: dict[str, str], judged:
             _, hits = search_index(faiss_index, q_emb[chunk], max(need[r] for r in chunk))
             for r, row in zip(chunk, hits.tolist()):
                 pools[qids[r]] = unjudged_negatives((ids[j] for j in row if j >= 0), judged.get(qids[r], ()), depth)
+        if negative_filter is not None:  # scored by the embeddings in hand: no second encoding
+            from multipos.data.negative_filter import filter_negatives, log_counts
+
+            pools, counts = filter_negatives(pools, positives or {}, np.asarray(q_emb, dtype=np.float32),
+                                             {q: i for i, q in enumerate(qids)}, np.asarray(p_emb, dtype=np.float32),
+                                             {p: i for i, p in enumerate(ids)}, negative_filter)
+            log_counts(negative_filter, counts, "dense-mined")
+            if filter_counts is not None:
+                filter_counts.update({**negative_filter.describe(), **counts})
         done = time.perf_counter()
         log.info("dense negatives: %d passages and %d queries encoded in %.1f s (%.1f passages/s), %s search %.1f s",
                  len(ids), len(qids), encoded - start, len(ids) / max(encoded - start, 1e-9), index, done - encoded)

@@ -11,7 +11,8 @@ dropped when either rule drops it. Scores are the model's similarity (dot produc
 L2-normalises), without temperature.
 
 Used by the sources after BM25 or dense mining (scored by the starting checkpoint, ``data.source.negative_model``)
-and by the ANCE-style refresh (scored by the weights being trained); the counts go to the log and to
+and by the ANCE-style refresh (scored by the weights being trained, with the embeddings that mined the pools:
+:func:`multipos.data.dense_negatives.mine_dense_negatives`); the counts go to the log and to
 ``run_info.json`` (the stage records' ``negative_filter``).
 """
 
@@ -24,7 +25,7 @@ import numpy as np
 
 from multipos.config_mapping import dataclass_fields_only
 
-__all__ = ["NegativeFilter", "filter_negatives", "score_and_filter"]
+__all__ = ["NegativeFilter", "filter_negatives", "score_and_filter", "log_counts"]
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,12 @@ def score_and_filter(model, corpus, queries: dict[str, str], pools: dict[str, li
     q_emb = np.asarray(encode(model, [queries[q] for q in qids], "query", **encode_options), dtype=np.float32)
     kept, counts = filter_negatives(pools, positives, q_emb, {q: i for i, q in enumerate(qids)}, p_emb,
                                     {p: i for i, p in enumerate(ids)}, rule)
+    log_counts(rule, counts, what)
+    return kept, {**rule.describe(), **counts}
+
+
+def log_counts(rule: NegativeFilter, counts: dict, what: str) -> None:
+    """Log what :func:`filter_negatives` dropped (``what``: which negatives, e.g. ``mined``)."""
     log.info("positive-aware filter (%s): dropped %d of %d %s negatives (%d queries affected)",
              ", ".join(f"{k}={v}" for k, v in rule.describe().items() if v is not None), counts["dropped"],
              counts["checked"], what, counts["queries_with_drops"])
-    return kept, {**rule.describe(), **counts}
