@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -22,6 +23,15 @@ def compose_cfg(config_name: str, overrides: list[str], return_hydra_config: boo
         return compose(config_name=config_name, overrides=overrides, return_hydra_config=return_hydra_config)
 
 
+def trainer_overrides() -> list[str]:
+    """The tests' trainer: ``trainer=cpu_fp32``; with ``MULTIPOS_TEST_ACCELERATOR=gpu`` (a GPU machine, docs/gpu.md) the
+    same fp32 trainer on CUDA, so the tiny training jobs of the suite exercise the accelerator path."""
+    accelerator = os.environ.get("MULTIPOS_TEST_ACCELERATOR", "cpu")
+    if accelerator not in ("cpu", "gpu"):
+        raise ValueError(f"MULTIPOS_TEST_ACCELERATOR must be cpu or gpu, got {accelerator!r}")
+    return ["trainer=cpu_fp32", *([f"trainer.accelerator={accelerator}"] if accelerator != "cpu" else [])]
+
+
 def tiny_overrides(tiny_beir: Path, tiny_bert: Path, out: Path, *extra: str) -> list[str]:
     """Overrides that point the main job at the tiny fixtures (fp32, CPU, small groups)."""
     return [
@@ -30,7 +40,7 @@ def tiny_overrides(tiny_beir: Path, tiny_bert: Path, out: Path, *extra: str) -> 
         "model.pooling=cls", "model.normalize=false", "model.temperature=1.0",
         f"data.source.path={tiny_beir}", "data.source.ordering=given", "data.source.negative_depth=20",
         "data.batch_size=2", "data.group_size=4", "data.max_positives=2",
-        "trainer=cpu_fp32", "trainer.max_epochs=1", "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1",
+        *trainer_overrides(), "trainer.max_epochs=1", "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1",
         "eval=nfcorpus_dev", f"eval.test_sets.nfcorpus_dev.path={tiny_beir}",
         "eval.test_sets.nfcorpus_dev.name=tiny_test", "eval.test_sets.nfcorpus_dev.split=test",
         f"eval.validation={{_target_: multipos.evaluation.sets.EvalSet, name: tiny_dev, path: '{tiny_beir}', split: dev, metrics: [ndcg@10]}}",

@@ -19,7 +19,7 @@ import lightning as L
 import pytest
 import torch
 
-from tests.helpers import REPO, compose_cfg, tiny_overrides
+from tests.helpers import REPO, compose_cfg, trainer_overrides, tiny_overrides
 
 
 def _overrides(run_dir: Path, epochs: int = 2, step_checkpoints: bool = True) -> list[str]:
@@ -29,7 +29,7 @@ def _overrides(run_dir: Path, epochs: int = 2, step_checkpoints: bool = True) ->
            "metrics: [ndcg@10, recall@100], max_queries: 4, max_passages: 60}")
     return [f"hydra.run.dir={run_dir}", "data=nfcorpus_homo", "loss=rand1lh", "data.source.max_queries=12",
             "data.source.ordering=given", "data.source.negative_depth=20", "data.batch_size=2", "data.group_size=3",
-            "data.max_positives=2", "model.passage_max_length=32", "trainer=cpu_fp32", f"trainer.max_epochs={epochs}",
+            "data.max_positives=2", "model.passage_max_length=32", *trainer_overrides(), f"trainer.max_epochs={epochs}",
             "trainer.enable_progress_bar=false",
             *(["callbacks.model_checkpoint.every_n_train_steps=2"] if step_checkpoints else []),
             "eval=nfcorpus_dev", "eval.references=false", "eval.k=20", "eval.passage_max_length=32", "eval.bf16=false",

@@ -14,6 +14,7 @@ import logging
 import os
 import secrets
 import struct
+import time
 from pathlib import Path
 
 import numpy as np
@@ -87,6 +88,7 @@ def encode(
         out = np.zeros(shape, dtype=np.float32)
     elif tuple(out.shape) != shape or out.dtype != np.float32:
         raise ValueError(f"out must be a float32 array of shape {shape}; got {out.dtype} {tuple(out.shape)}")
+    start = time.perf_counter()
     device = encoding_device(model, device)
     bf16 = native_bf16() if bf16 is None else bf16
     was_training = model.training
@@ -105,6 +107,9 @@ def encode(
             out[idx] = emb.float().cpu().numpy()
     finally:
         model.train(was_training)
+    seconds = time.perf_counter() - start
+    log.info("encoded %d %ss on %s (%s) in %.1f s (%.0f/s)", len(texts), kind, device, "bf16" if bf16 else "fp32",
+             seconds, len(texts) / max(seconds, 1e-9))
     return out
 
 

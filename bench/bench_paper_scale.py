@@ -1,0 +1,184 @@
+"""Paper-scale arithmetic, measured: bert-base two-tower steps and query-side training against an MS MARCO-sized index.
+
+Two measurements, each on the device the script finds (meant for a GPU: ``make bench`` does not run it; docs/gpu.md):
+
+* ``two_tower``: a randomly initialised BERT-base (the paper's encoder shape, 110M parameters, CLS pooling, dot
+  product; weights cannot travel to an offline machine, and timing does not depend on them) trained with
+  SingleLH at B=64 × G=8, 16-token queries and 128-token passages, bf16 autocast where native: the multipos step
+  (:class:`multipos.module.RetrieverModule`) and sentence-transformers' MultipleNegativesRankingLoss step on the
+  same texts, taking turns on every batch. Reports queries/s and the hours one epoch of 400,000 MS MARCO training
+  queries would take at that rate (step only: data loading runs in DataLoader workers on a GPU).
+* ``query_side_corpus``: query-side training with every corpus passage a candidate
+  (``passages.candidates=corpus``, :func:`multipos.corpus_candidates.corpus_scores`) against a synthetic
+  8,841,823 × 768 bf16 index (MS MARCO's passage count and BERT-base's width, random unit vectors: 13.6 GB),
+  BERT-base query encoder, B=128 queries of 32 tokens, JointLH with 4 positives: step time and peak GPU memory.
+
+    python bench/bench_paper_scale.py [--passages 8841823] [--rounds 6] [--skip two_tower query_side]
+
+Appends one JSON line to ``bench/results/speed.jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from common import append_result, bench_data, interleaved, machine_info, pick_device, sync
+
+OUT = Path(__file__).resolve().parent / "results" / "speed.jsonl"
+MSMARCO_PASSAGES = 8_841_823
+MSMARCO_TRAIN_QUERIES = 400_000
+
+
+def bert_base(tokenizer_from: str) -> str:
+    """A folder with a randomly initialised BERT-base (``BertConfig()`` defaults) and ``tokenizer_from``'s tokenizer
+    (all-MiniLM-L6-v2 uses bert-base-uncased's 30,522-token vocabulary)."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    folder = tempfile.mkdtemp(prefix="multipos-bert-base-")
+    torch.manual_seed(0)
+    BertModel(BertConfig()).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tokenizer_from).save_pretrained(folder)
+    return folder
+
+
+def two_tower(data, device, bf16: bool, rounds: int, res: dict, B: int = 64) -> None:
+    from sides import _finish, data_module, st_columns, st_model, st_step
+
+    from multipos.losses import ContrastiveLoss
+    from multipos.model import DualEncoder
+    from multipos.module import RetrieverModule
+    from multipos.retrieval.encoding import autocast_context
+
+    G = 8
+    folder = bert_base(data.model)
+    dm = data_module(data, B, G, 16, 128)
+    batches = []
+    for batch in dm.train_dataloader():
+        batches.append(batch)
+        if len(batches) == rounds + 1:
+            break
+    model = DualEncoder(folder, pooling="cls", normalize=False, temperature=1.0, query_max_length=16,
+                        passage_max_length=128)
+    module = RetrieverModule(model.to(device), ContrastiveLoss("singlelh"), scheduler=None).train()
+    opt = module.configure_optimizers()
+    params = [p for p in module.parameters() if p.requires_grad]
+
+    def multipos(batch):
+        batch = batch.to(device)
+        with autocast_context(device, bf16):
+            q, p = module.model.encode_queries(batch.query), module.model.encode_passages(batch.passages)
+            loss = module.batch_loss(q, p, batch)[0]
+        _finish(loss, params, opt)
+
+    st = st_model(type(data)(folder, data.passages, data.queries, data.real), device, 128, None)
+    queries = {q: text for q, text, _ in data.queries}
+    cols = [st_columns(st, b, data.passages, queries, G) for b in batches]
+    st_fn = st_step(st, device, bf16)
+    index = {id(b): j for j, b in enumerate(batches)}
+    t = interleaved({"multipos": multipos, "st_mnrl": lambda b: st_fn(cols[index[id(b)]])}, batches, warmup=1,
+                    device=device)
+    qps = B / t["multipos"]
+    res["two_tower"] = {
+        "model": "BERT-base shape, random init (BertConfig()), CLS, dot product", "batch": B, "group": G,
+        "query_len": 16, "passage_len": 128, "rounds": rounds,
+        "step_s_multipos": round(t["multipos"], 4), "step_s_st_mnrl": round(t["st_mnrl"], 4),
+        "queries_per_s_multipos": round(qps, 1), "step_vs_st_mnrl": round(t["st_mnrl"] / t["multipos"], 3),
+        "hours_per_msmarco_epoch_400k": round(MSMARCO_TRAIN_QUERIES / qps / 3600, 3),
+        "peak_gpu_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2) if device.type == "cuda" else None,
+    }
+    del module, model, st, opt
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def query_side(device, bf16: bool, n: int, rounds: int, data, res: dict) -> None:
+    from multipos.corpus_candidates import CorpusTargets, corpus_scores
+    from multipos.losses import compute
+    from multipos.model import DualEncoder
+    from multipos.retrieval.encoding import autocast_context
+
+    B, P, H, chunk = 128, 4, 768, 65536
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    gen = torch.Generator(device=device).manual_seed(0)
+    index = torch.empty(n, H, dtype=torch.bfloat16, device=device)
+    for lo in range(0, n, 1 << 20):  # random unit rows, filled in slices (no fp32 copy of the whole matrix)
+        hi = min(n, lo + (1 << 20))
+        index[lo:hi] = F.normalize(torch.randn(hi - lo, H, generator=gen, device=device), dim=-1).to(torch.bfloat16)
+    index_gb = index.numel() * index.element_size() / 1e9
+    folder = bert_base(data.model)
+    model = DualEncoder(folder, pooling="cls", normalize=False, temperature=1.0, query_max_length=32).to(device)
+    model.freeze_passage_encoder()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+    rng = random.Random(0)
+    texts = [q for _, q, _ in data.queries]
+
+    def make(j):
+        rows = torch.tensor([[rng.randrange(n) for _ in range(P)] for _ in range(B)], device=device)
+        judged = torch.tensor(sorted({(i, int(r)) for i in range(B) for r in rows[i]}), device=device)
+        targets = CorpusTargets(rows, torch.ones(B, P, dtype=torch.bool, device=device), judged)
+        return [texts[(j * B + i) % len(texts)] for i in range(B)], targets
+
+    inputs = [make(j) for j in range(rounds + 1)]
+
+    def step(x):
+        qtexts, targets = x
+        opt.zero_grad(set_to_none=True)
+        with autocast_context(device, bf16):
+            tokens = {k: v.to(device) for k, v in model.tokenize(qtexts, "query").items()}
+            q = model.encode_queries(tokens)
+            scores, pos, neg = corpus_scores(q, index, model.temperature, targets, chunk)
+            loss = compute("jointlh", scores, pos, neg).mean()
+        loss.backward()
+        opt.step()
+
+    before = time.perf_counter()
+    t = interleaved({"query_side_corpus": step}, inputs, warmup=1, device=device)
+    res["query_side_corpus"] = {
+        "model": "BERT-base shape query encoder, random init", "passages": n, "dim": H, "index_dtype": "bfloat16",
+        "index_gb": round(index_gb, 2), "batch": B, "positives": P, "query_len": 32, "chunk_size": chunk,
+        "objective": "jointlh", "rounds": rounds, "step_s": round(t["query_side_corpus"], 4),
+        "queries_per_s": round(B / t["query_side_corpus"], 1),
+        "hours_per_msmarco_epoch_400k": round(MSMARCO_TRAIN_QUERIES / (B / t["query_side_corpus"]) / 3600, 3),
+        "peak_gpu_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2) if device.type == "cuda" else None,
+        "wall_s": round(time.perf_counter() - before, 1),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--passages", type=int, default=None, help=f"index rows (default {MSMARCO_PASSAGES:,} on CUDA, "
+                    "200,000 elsewhere)")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--batch", type=int, default=64, help="two-tower queries per batch (64; smaller only to try it on a CPU)")
+    ap.add_argument("--skip", nargs="*", default=[], choices=["two_tower", "query_side"])
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args()
+    os.environ.setdefault("MULTIPOS_CACHE", tempfile.mkdtemp(prefix="multipos-bench-"))
+    from multipos.hardware import native_bf16
+
+    device, bf16 = pick_device(), native_bf16()
+    n = args.passages or (MSMARCO_PASSAGES if device.type == "cuda" else 200_000)
+    data = bench_data()
+    res = {**machine_info(), "bench": "paper_scale", "device": str(device),
+           "precision": "bf16 autocast" if bf16 else "fp32"}
+    start = time.perf_counter()
+    if "two_tower" not in args.skip:
+        two_tower(data, device, bf16, args.rounds, res, args.batch)
+        sync(device)
+    if "query_side" not in args.skip:
+        query_side(device, bf16, n, args.rounds, data, res)
+    res["wall_s"] = round(time.perf_counter() - start, 1)
+    append_result(args.out, res)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# GPU call 3 (docs/gpu.md): two-tower CPU-scale studies with seeds 42-44 on the GPU, same sizes as the CPU runs, into
+# multirun/<study>-cpu-gpu (render: python -m multipos.report.render multirun/<study>-cpu-gpu). One process per seed,
+# two studies at a time (six processes: MiniLM leaves the H100 mostly idle); everything stops at the deadline
+# (STUDY_S seconds, default 470). A study re-run skips its finished runs, so a later call continues where this stopped.
+. bench/gpu/setup.sh || exit 3
+R=/tmp/results/studies; mkdir -p $R
+end=$(( $(date +%s) + ${STUDY_S:-470} ))
+set -- ${STUDIES:-table2_homogeneous table4_heterogeneous table5_curriculum table6_lsepair_variants table7_budget}
+while [ $# -gt 0 ] && [ $(date +%s) -lt $(( end - 60 )) ]; do
+  t0=$(date +%s); pair="$1 ${2:-}"; shift; [ $# -gt 0 ] && shift
+  for study in $pair; do
+    for seed in 42 43 44; do
+      timeout $(( end - $(date +%s) )) python3 train.py -m experiment=$study seed=$seed trainer=gpu ++size.suffix=-gpu \
+        data.num_workers=2 trainer.enable_progress_bar=false > $R/$study-$seed.log 2>&1 &
+    done
+  done
+  wait; echo "$pair $(( $(date +%s) - t0 )) s" | tee -a $R/times.txt
+done
+tar -czf $OUT/studies.tar.gz --exclude='checkpoints' --exclude='model' --exclude='run.*.trec' -C /tmp/results studies \
+  -C $PWD $(ls -d multirun/*-cpu-gpu | grep -v default-cpu-gpu)
+cat $R/times.txt
+for f in multirun/*-cpu-gpu/*/run_info.json; do python3 -c "import json; d=json.load(open('$f')); print('$f', d['status'], round(d.get('wall_s', 0)))"; done
