@@ -29,7 +29,11 @@ def trainer_overrides() -> list[str]:
     accelerator = os.environ.get("MULTIPOS_TEST_ACCELERATOR", "cpu")
     if accelerator not in ("cpu", "gpu"):
         raise ValueError(f"MULTIPOS_TEST_ACCELERATOR must be cpu or gpu, got {accelerator!r}")
-    return ["trainer=cpu_fp32", *([f"trainer.accelerator={accelerator}"] if accelerator != "cpu" else [])]
+    if accelerator == "cpu":
+        return ["trainer=cpu_fp32"]
+    # deterministic CUDA kernels where PyTorch has them (a resumed run must equal the uninterrupted one); needs
+    # CUBLAS_WORKSPACE_CONFIG=:4096:8 in the environment (bench/gpu/setup.sh sets it)
+    return ["trainer=cpu_fp32", f"trainer.accelerator={accelerator}", "trainer.deterministic=warn"]
 
 
 def tiny_overrides(tiny_beir: Path, tiny_bert: Path, out: Path, *extra: str) -> list[str]:

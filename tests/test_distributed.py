@@ -199,7 +199,8 @@ def test_one_process_layout_needs_no_process_group():
                          ids=["plain", "grad_cache"])
 def test_train_py_ddp_two_cpu_processes_writes_one_set_of_outputs(tiny_beir, tiny_bert, tmp_path, extra):
     out = tmp_path / "run"
-    overrides = [o for o in tiny_overrides(tiny_beir, tiny_bert, out) if not o.startswith("paths.output_dir")]
+    overrides = [o for o in tiny_overrides(tiny_beir, tiny_bert, out)
+                 if not o.startswith(("paths.output_dir", "trainer.accelerator", "trainer.deterministic"))]  # gloo on CPU
     cmd = [sys.executable, "train.py", f"hydra.run.dir={out}", "trainer=ddp", "trainer.accelerator=cpu",
            "trainer.devices=2", "eval.references=false", *overrides, *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
@@ -259,7 +260,8 @@ def test_train_py_ddp_query_side_two_cpu_processes(tiny_beir, tiny_bert, tmp_pat
     from transformers import AutoModel
 
     out = tmp_path / "run"
-    overrides = [o for o in tiny_overrides(tiny_beir, tiny_bert, out) if not o.startswith("paths.output_dir")]
+    overrides = [o for o in tiny_overrides(tiny_beir, tiny_bert, out)
+                 if not o.startswith(("paths.output_dir", "trainer.accelerator", "trainer.deterministic"))]  # gloo on CPU
     cmd = [sys.executable, "train.py", f"hydra.run.dir={out}", "trainer=ddp", "trainer.accelerator=cpu",
            "trainer.devices=2", "eval.references=false", "passages=frozen_index", f"passages.candidates={candidates}",
            "loss=jointlh", *overrides]

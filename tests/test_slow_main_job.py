@@ -19,8 +19,8 @@ def test_default_main_job(assets, tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "train.py", "loss=lsepair", "data=nfcorpus_hetero", "model=minilm",
            f"hydra.run.dir={out}", "trainer.enable_progress_bar=false"]
-    proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
-                          text=True, timeout=3 * 3600)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=3 * 3600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())
     refs = json.loads((out / "references.json").read_text())

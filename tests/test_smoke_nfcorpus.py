@@ -24,7 +24,8 @@ def test_train_cli_on_nfcorpus_slice(assets, tmp_path):
            "eval.validation={_target_: multipos.evaluation.sets.EvalSet, name: nfcorpus_dev, path: nfcorpus, "
            "split: dev, metrics: [ndcg@10], max_queries: 15, max_passages: 400}",
            "eval.test_sets.nfcorpus_test.max_queries=15", "eval.test_sets.nfcorpus_test.max_passages=400"]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "MULTIPOS_CACHE": str(tmp_path / "cache")}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+           "MULTIPOS_CACHE": str(tmp_path / "cache")}
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())
@@ -48,7 +49,8 @@ def test_evaluate_cli_several_sets_then_rescore_its_run(assets, tmp_path):
               for k, v in (("max_queries", 15), ("max_passages", 400))]
     cmd = [sys.executable, "evaluate.py", "eval=nfcorpus_test,hybrid_annotation", f"hydra.run.dir={out}",
            "eval.passage_max_length=128", "eval.references=true", *slice_]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "MULTIPOS_CACHE": str(tmp_path / "cache")}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+           "MULTIPOS_CACHE": str(tmp_path / "cache")}
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())

@@ -12,7 +12,7 @@ while [ $# -gt 0 ] && [ $(date +%s) -lt $(( end - 60 )) ]; do
   for study in $pair; do
     for seed in 42 43 44; do
       timeout $(( end - $(date +%s) )) python3 train.py -m experiment=$study seed=$seed trainer=gpu ++size.suffix=-gpu \
-        data.num_workers=2 trainer.enable_progress_bar=false > $R/$study-$seed.log 2>&1 &
+        trainer.enable_progress_bar=false > $R/$study-$seed.log 2>&1 &
     done
   done
   wait; echo "$pair $(( $(date +%s) - t0 )) s" | tee -a $R/times.txt

@@ -10,5 +10,5 @@ if [ ! -f /tmp/keep/.done ]; then
     || { echo "setup failed"; return 4 2>/dev/null || exit 4; }
 fi
 export PYTHONPATH=/tmp/site:$PWD/src:$PWD MULTIPOS_ASSETS=/tmp/keep/assets MULTIPOS_CACHE=/tmp/cache HF_HUB_OFFLINE=1 \
-  PYTHONUNBUFFERED=1 NUMBA_CACHE_DIR=/tmp/numba
+  PYTHONUNBUFFERED=1 NUMBA_CACHE_DIR=/tmp/numba CUBLAS_WORKSPACE_CONFIG=:4096:8
 unset PYTHONDONTWRITEBYTECODE

@@ -128,7 +128,10 @@ def gather_with_grad(local: Tensor, counts: tuple[int, ...]) -> Tensor:
         raise ValueError(f"gather_with_grad: rank {rank} has {local.shape[0]} rows, layout says {counts[rank]}")
     if size == 1:
         return local
-    from torch.distributed._functional_collectives import all_gather_single
+    try:
+        from torch.distributed._functional_collectives import all_gather_single
+    except ImportError:  # torch < 2.13 (2.11 on the lent H100's image): the same autograd all-gather, older name
+        from torch.distributed._functional_collectives import all_gather_tensor_autograd as all_gather_single
 
     longest = max(counts)
     if local.shape[0] < longest:

@@ -208,3 +208,21 @@ def test_bf16_none_means_native_only(model, corpus, monkeypatch, precision, expe
     ids, texts = corpus
     encode(model, texts[:3], bf16=None, progress=False)
     assert seen and set(seen) == {expected}
+
+
+def test_the_model_moves_to_the_encoding_device_outside_inference_mode(tiny_bert, monkeypatch):
+    """On a GPU machine ``encode(device="auto")`` moves a CPU model to CUDA. Parameters re-created inside inference
+    mode become inference tensors, and training the model afterwards fails ("Inference tensors cannot be saved for
+    backward": query-side training on an H100, 2026-11-25). Here the move is a real re-creation of the parameters
+    (to float64) standing in for the CUDA copy."""
+    from torch import nn
+
+    from multipos.model import DualEncoder
+
+    model = DualEncoder(str(tiny_bert), pooling="mean")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(model, "to", lambda *a, **k: nn.Module.double(model))
+    encode(model, ["statin heart", "bone"], bf16=False, progress=False)
+    assert next(model.parameters()).dtype == torch.float64  # the stand-in move happened
+    assert not any(p.is_inference() for p in model.parameters())
+    model.encode_queries(dict(model.tokenize(["statin"], "query"))).sum().backward()  # trainable afterwards

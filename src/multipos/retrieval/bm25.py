@@ -40,7 +40,11 @@ class BM25:
         k = min(k, len(self.ids))
         tokens = self._bm25s.tokenize([queries[q] for q in qids], stopwords="en", stemmer=self._stemmer,
                                         show_progress=self.progress)
-        idx, scores = self._index.retrieve(tokens, k=k, show_progress=self.progress, n_threads=1)
+        # backend "numpy", never bm25s's "auto": with JAX installed (common on GPU machines) "auto" runs top-k in JAX,
+        # whose first use preallocates 75 % of the GPU's memory in this process (seen on an H100: training then ran
+        # out of CUDA memory, and parallel runs failed with "no supported devices found for platform CUDA")
+        idx, scores = self._index.retrieve(tokens, k=k, show_progress=self.progress, n_threads=1,
+                                           backend_selection="numpy")
         run: Run = {}
         for row, qid in enumerate(qids):
             keep = scores[row] > 0  # bm25s pads with zero-score hits when fewer terms match

@@ -53,7 +53,6 @@ def encoding_device(model: DualEncoder, device: str | torch.device | None = "aut
     return next(model.parameters()).device
 
 
-@torch.inference_mode()
 def encode(
     model: DualEncoder,
     texts: list[str],
@@ -88,7 +87,10 @@ def encode(
         out = np.zeros(shape, dtype=np.float32)
     elif tuple(out.shape) != shape or out.dtype != np.float32:
         raise ValueError(f"out must be a float32 array of shape {shape}; got {out.dtype} {tuple(out.shape)}")
-    start = time.perf_counter()
+    began = time.perf_counter()
+    # the move happens outside inference mode: parameters moved inside it become inference tensors, and training
+    # the model afterwards fails ("Inference tensors cannot be saved for backward"; seen on CUDA, where the
+    # frozen-index or zero-shot encoding moves a CPU model to the GPU before Lightning trains it)
     device = encoding_device(model, device)
     bf16 = native_bf16() if bf16 is None else bf16
     was_training = model.training
@@ -98,16 +100,17 @@ def encode(
     # disable=None: the bar shows only on a terminal
     bar = tqdm(range(0, len(texts), batch_size), desc=f"encode {kind}s", disable=None if progress else True, leave=False)
     try:
-        for start in bar:
-            idx = order[start : start + batch_size]
-            tokens = model.tokenize([texts[i] for i in idx], kind=kind, max_length=max_length)
-            tokens = {k: v.to(device) for k, v in tokens.items()}
-            with autocast_context(device, bf16):
-                emb = fn(tokens)
-            out[idx] = emb.float().cpu().numpy()
+        with torch.inference_mode():
+            for start in bar:
+                idx = order[start : start + batch_size]
+                tokens = model.tokenize([texts[i] for i in idx], kind=kind, max_length=max_length)
+                tokens = {k: v.to(device) for k, v in tokens.items()}
+                with autocast_context(device, bf16):
+                    emb = fn(tokens)
+                out[idx] = emb.float().cpu().numpy()
     finally:
         model.train(was_training)
-    seconds = time.perf_counter() - start
+    seconds = time.perf_counter() - began
     log.info("encoded %d %ss on %s (%s) in %.1f s (%.0f/s)", len(texts), kind, device, "bf16" if bf16 else "fp32",
              seconds, len(texts) / max(seconds, 1e-9))
     return out
