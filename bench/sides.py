@@ -187,9 +187,11 @@ def lightning_loop(data: BenchData, dm, device, steps: int) -> list[float]:
     from lightning.pytorch.loggers import CSVLogger
     from omegaconf import OmegaConf
 
+    from multipos.config_resolvers import register_resolvers
     from multipos.losses import ContrastiveLoss
     from multipos.module import RetrieverModule
 
+    register_resolvers()  # conf/trainer/default.yaml reads ${auto_precision:}
     cfg = OmegaConf.load(REPO / "conf" / "trainer" / "default.yaml")
     timer = StepTimer(device)
     trainer = instantiate(cfg, max_steps=steps + 1, max_epochs=-1, enable_checkpointing=False,
