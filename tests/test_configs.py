@@ -173,3 +173,21 @@ def test_each_benchmark_is_an_eval_choice_defined_once(name):
         assert list(cfg.eval.test_sets) == [name] and cfg.eval.k == 1000
         bench = OmegaConf.load(Path(CONF) / "benchmark" / f"{name}.yaml")
         assert OmegaConf.to_container(cfg.eval.test_sets[name]) == OmegaConf.to_container(bench)
+
+
+def test_a_gpu_variant_sweeps_into_its_own_folder_with_the_cpu_run_names():
+    """``trainer=gpu ++size.suffix=-gpu`` (docs/gpu.md, bench/gpu/call_studies.sh): the sweep goes to
+    ``multirun/<study>-cpu-gpu`` with the same run subfolders as the CPU sweep (the trainer and the suffix name no
+    subfolder), and its config hash differs, so a GPU run is never taken for a CPU one (or reused in its place)."""
+    from multipos.equivalent_runs import config_hash
+
+    cell = ["loss=jointlh", "seed=43"]
+    variant = ["trainer=gpu", "++size.suffix=-gpu"]
+    cpu = compose_cfg("train", ["experiment=table2_homogeneous", *cell], return_hydra_config=True)
+    gpu = compose_cfg("train", ["experiment=table2_homogeneous", *variant, *cell], return_hydra_config=True)
+    assert gpu.hydra.sweep.dir == f"{cpu.hydra.sweep.dir}-gpu"
+    assert gpu.hydra.job.override_dirname == cpu.hydra.job.override_dirname == "loss=jointlh,seed=43"
+    assert gpu.trainer.accelerator == "gpu"
+    plain = [compose_cfg("train", ["experiment=table2_homogeneous", *extra, *cell, "paths.output_dir=o"])
+             for extra in ([], variant)]
+    assert config_hash(plain[0]) != config_hash(plain[1])
