@@ -311,7 +311,7 @@ def test_tokenizer_larger_than_the_embedding_matrix(tiny_bert, tmp_path):
 # ---------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("override, listed", [("loss=nope", "lsepair_minp_maxn"), ("experiment=nope", "table7_budget"),
-                                              ("regime=nope", "homogeneous"), ("stages=nope", "curriculum")])
+                                              ("training_regime=nope", "homogeneous"), ("stages=nope", "curriculum")])
 def test_unknown_config_group_choice_lists_the_allowed_ones(override, listed):
     from hydra.errors import MissingConfigException
 
