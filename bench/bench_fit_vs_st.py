@@ -21,14 +21,13 @@ Appends one JSON line to ``bench/results/speed.jsonl``.
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from common import REPO, append_result, bench_data, machine_info, pick_device, sync
+from common import REPO, append_result, bench_setup, machine_info, sync
 
 OUT = Path(__file__).resolve().parent / "results" / "speed.jsonl"
 
@@ -96,11 +95,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
-    os.environ.setdefault("MULTIPOS_CACHE", tempfile.mkdtemp(prefix="multipos-bench-"))
-    from multipos.hardware import native_bf16
-
-    device, bf16 = pick_device(), native_bf16()
-    data = bench_data()
+    device, bf16, data = bench_setup()
     runs = {"multipos_fit_s": [], "st_train_s": []}
     for _ in range(2):
         runs["multipos_fit_s"].append(multipos_fit(data, device, args.batch, args.group, args.steps))

@@ -21,7 +21,6 @@ Appends one JSON line to ``bench/results/speed.jsonl``.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import tempfile
 import time
@@ -30,7 +29,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from common import append_result, bench_data, interleaved, machine_info, pick_device, sync
+from common import append_result, bench_setup, interleaved, machine_info, sync
 
 OUT = Path(__file__).resolve().parent / "results" / "speed.jsonl"
 MSMARCO_PASSAGES = 8_841_823
@@ -162,12 +161,8 @@ def main() -> None:
     ap.add_argument("--skip", nargs="*", default=[], choices=["two_tower", "query_side"])
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
-    os.environ.setdefault("MULTIPOS_CACHE", tempfile.mkdtemp(prefix="multipos-bench-"))
-    from multipos.hardware import native_bf16
-
-    device, bf16 = pick_device(), native_bf16()
+    device, bf16, data = bench_setup()
     n = args.passages or (MSMARCO_PASSAGES if device.type == "cuda" else 200_000)
-    data = bench_data()
     res = {**machine_info(), "bench": "paper_scale", "device": str(device),
            "precision": "bf16 autocast" if bf16 else "fp32"}
     start = time.perf_counter()

@@ -19,15 +19,13 @@ one-off cost paid through the embedding cache, reported by training's log). The 
 from __future__ import annotations
 
 import argparse
-import os
 import random
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from common import append_result, bench_data, interleaved, machine_info, pick_device
+from common import append_result, bench_setup, interleaved, machine_info
 
 OUT = Path(__file__).resolve().parent / "results" / "speed.jsonl"
 
@@ -40,16 +38,13 @@ def main() -> None:
     ap.add_argument("--chunk-size", type=int, default=65536)
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
-    os.environ.setdefault("MULTIPOS_CACHE", tempfile.mkdtemp(prefix="multipos-bench-"))
-    from multipos.hardware import native_bf16
+    device, bf16, data = bench_setup()
     from multipos.corpus_candidates import corpus_scores, corpus_targets
     from multipos.retrieval.encoding import autocast_context
     from multipos.data.groups import Group, group_masks
     from multipos.losses import compute
     from multipos.model import DualEncoder
 
-    device, bf16 = pick_device(), native_bf16()
-    data = bench_data()
     B, G = args.batch, args.group
     ids = list(data.passages)
     row = {p: i for i, p in enumerate(ids)}

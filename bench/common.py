@@ -56,6 +56,15 @@ def append_result(out: Path, res: dict) -> None:
     print(json.dumps(res, indent=2))
 
 
+def bench_setup():
+    """What every benchmark starts with → (device, bf16, data): a private embedding cache unless ``MULTIPOS_CACHE`` is
+    set, :func:`pick_device`, native bf16 (:func:`multipos.hardware.native_bf16`) and :func:`bench_data`."""
+    os.environ.setdefault("MULTIPOS_CACHE", tempfile.mkdtemp(prefix="multipos-bench-"))
+    from multipos.hardware import native_bf16
+
+    return pick_device(), native_bf16(), bench_data()
+
+
 def pick_device():
     """CUDA when available, else the CPU (torch.device)."""
     import torch
