@@ -133,3 +133,28 @@ def test_without_a_kept_copy_the_refusal_says_that_hydra_replaced_the_files(tmp_
     write_run_info(run, {"status": "complete", "config_hash": "h-one"})
     with pytest.raises(ValueError, match="Hydra has already replaced"):
         prepare_run_dir(OmegaConf.create({"resume": True}), run, "h-two")
+
+
+def test_a_study_removes_the_resume_checkpoints_of_a_finished_run(tiny_beir, tiny_bert, tmp_path):
+    """``size.keep_checkpoints: false`` (conf/scale, every study): once the run is complete its ``*.ckpt`` files go,
+    ``model/`` and ``kept.json`` stay, the identical command still skips the run, and the config hash is unchanged
+    (``size`` names no computation). A run that is not finished keeps them (they are what it resumes from)."""
+    from multipos.equivalent_runs import config_hash
+    from multipos.run_folder import remove_checkpoints
+    from multipos.train import train
+    from tests.helpers import compose_cfg, tiny_overrides
+
+    out = tmp_path / "run"
+    overrides = [*tiny_overrides(tiny_beir, tiny_bert, out), "++size.keep_checkpoints=false"]
+    train(compose_cfg("train", overrides))
+    assert not list((out / "checkpoints").rglob("*.ckpt"))
+    assert (out / "checkpoints" / "stage1" / "kept.json").is_file() and (out / "model").is_dir()
+    assert is_finished(out)
+    assert train(compose_cfg("train", overrides)) == json.loads((out / "metrics.json").read_text())  # skipped
+    assert config_hash(compose_cfg("train", overrides)) == config_hash(
+        compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, out)))
+    running = tmp_path / "running"
+    (running / "checkpoints").mkdir(parents=True)
+    (running / "run_info.json").write_text(json.dumps({"status": "running"}))
+    with pytest.raises(ValueError, match="not a finished run"):
+        remove_checkpoints(running)

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import lightning as L
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from multipos import atomic
 from multipos.assets import cache_dir
@@ -44,7 +44,7 @@ from multipos.fit import run_stage
 from multipos.loggers import log_final_metrics
 from multipos.passage_index import check_settings as check_passages
 from multipos.passage_index import for_training as frozen_passage_index
-from multipos.run_folder import prepare_run_dir, write_run_info
+from multipos.run_folder import prepare_run_dir, remove_checkpoints, write_run_info
 from multipos.stages import plan, schedule_spans
 from multipos.weight_interpolation import interpolate_toward_start
 
@@ -160,6 +160,9 @@ def train(cfg: DictConfig) -> dict | None:
     text = write_results(out, results, refs, extra_lines=[f"wall time {info['wall_s']:.0f} s on {info['device']}"])
     write_run_info(out, info)
     register(key, out)
+    if not OmegaConf.select(cfg, "size.keep_checkpoints", default=True):  # studies: model/ holds the kept weights
+        log.info("finished: removed %.1f GB of resume checkpoints (size.keep_checkpoints=false)",
+                 remove_checkpoints(out) / 1e9)
     log_final_metrics(results)  # W&B: test/<set>/<metric>, then the run is closed
     print("\n" + text + "\n")
     print(f"run directory: {out}")
