@@ -36,19 +36,18 @@ MSMARCO_PASSAGES = 8_841_823
 MSMARCO_TRAIN_QUERIES = 400_000
 
 
-def bert_base(tokenizer_from: str) -> str:
-    """A folder with a randomly initialised BERT-base (``BertConfig()`` defaults) and ``tokenizer_from``'s tokenizer
-    (all-MiniLM-L6-v2 uses bert-base-uncased's 30,522-token vocabulary)."""
+def bert_base(tokenizer_from: str, folder: str) -> str:
+    """Write a randomly initialised BERT-base (``BertConfig()`` defaults) and ``tokenizer_from``'s tokenizer
+    (all-MiniLM-L6-v2 uses bert-base-uncased's 30,522-token vocabulary) into ``folder`` → ``folder``."""
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    folder = tempfile.mkdtemp(prefix="multipos-bert-base-")
     torch.manual_seed(0)
     BertModel(BertConfig()).save_pretrained(folder)
     AutoTokenizer.from_pretrained(tokenizer_from).save_pretrained(folder)
     return folder
 
 
-def two_tower(data, device, bf16: bool, rounds: int, res: dict, B: int = 64) -> None:
+def two_tower(data, folder: str, device, bf16: bool, rounds: int, res: dict, B: int = 64) -> None:
     from sides import _finish, data_module, st_columns, st_model, st_step
 
     from multipos.losses import ContrastiveLoss
@@ -57,7 +56,6 @@ def two_tower(data, device, bf16: bool, rounds: int, res: dict, B: int = 64) -> 
     from multipos.retrieval.encoding import autocast_context
 
     G = 8
-    folder = bert_base(data.model)
     dm = data_module(data, B, G, 16, 128)
     batches = []
     for batch in dm.train_dataloader():
@@ -98,7 +96,7 @@ def two_tower(data, device, bf16: bool, rounds: int, res: dict, B: int = 64) -> 
         torch.cuda.empty_cache()
 
 
-def query_side(device, bf16: bool, n: int, rounds: int, data, res: dict) -> None:
+def query_side(folder: str, device, bf16: bool, n: int, rounds: int, data, res: dict) -> None:
     from multipos.corpus_candidates import CorpusTargets, corpus_scores
     from multipos.losses import compute
     from multipos.model import DualEncoder
@@ -113,7 +111,6 @@ def query_side(device, bf16: bool, n: int, rounds: int, data, res: dict) -> None
         hi = min(n, lo + (1 << 20))
         index[lo:hi] = F.normalize(torch.randn(hi - lo, H, generator=gen, device=device), dim=-1).to(torch.bfloat16)
     index_gb = index.numel() * index.element_size() / 1e9
-    folder = bert_base(data.model)
     model = DualEncoder(folder, pooling="cls", normalize=False, temperature=1.0, query_max_length=32).to(device)
     model.freeze_passage_encoder()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
@@ -166,11 +163,13 @@ def main() -> None:
     res = {**machine_info(), "bench": "paper_scale", "device": str(device),
            "precision": "bf16 autocast" if bf16 else "fp32"}
     start = time.perf_counter()
-    if "two_tower" not in args.skip:
-        two_tower(data, device, bf16, args.rounds, res, args.batch)
-        sync(device)
-    if "query_side" not in args.skip:
-        query_side(device, bf16, n, args.rounds, data, res)
+    with tempfile.TemporaryDirectory(prefix="multipos-bert-base-") as tmp:  # 440 MB of weights, removed afterwards
+        folder = bert_base(data.model, tmp)
+        if "two_tower" not in args.skip:
+            two_tower(data, folder, device, bf16, args.rounds, res, args.batch)
+            sync(device)
+        if "query_side" not in args.skip:
+            query_side(folder, device, bf16, n, args.rounds, data, res)
     res["wall_s"] = round(time.perf_counter() - start, 1)
     append_result(args.out, res)
 

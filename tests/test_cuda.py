@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from multipos.corpus_candidates import corpus_scores, corpus_targets, full_corpus_scores
-from multipos.grad_cache import grad_cache_step
+from multipos.grad_cache import chunks, grad_cache_step
 from multipos.losses import OBJECTIVES, SINGLE_POSITIVE, ContrastiveLoss, compute
 from multipos.module import RetrieverModule
 from multipos.retrieval.encoding import encode
@@ -98,8 +98,8 @@ def test_grad_cache_on_cuda_equals_plain_backprop_with_dropout(tiny_bert, chunk_
             torch.manual_seed(7)
             model.zero_grad(set_to_none=True)
             if kind == "plain":
-                q = torch.cat([model.encode_queries(c) for c in _chunks(batch.query, chunk_size)])
-                p = torch.cat([model.encode_passages(c) for c in _chunks(batch.passages, chunk_size)])
+                q = torch.cat([model.encode_queries(c) for c in chunks(batch.query, chunk_size)])
+                p = torch.cat([model.encode_passages(c) for c in chunks(batch.passages, chunk_size)])
                 module.batch_loss(q, p, batch)[0].backward()
             else:
                 grad_cache_step([(model.encode_queries, batch.query), (model.encode_passages, batch.passages)],
@@ -107,12 +107,6 @@ def test_grad_cache_on_cuda_equals_plain_backprop_with_dropout(tiny_bert, chunk_
             grads[kind] = {n: t.grad.clone() for n, t in model.named_parameters() if t.grad is not None}
         diff = max(float((grads["plain"][n] - grads["grad_cache"][n]).abs().max()) for n in grads["plain"])
         assert diff < 1e-4, (name, diff)
-
-
-def _chunks(tokens, size):
-    from multipos.grad_cache import chunks
-
-    return chunks(tokens, size)
 
 
 @pytest.mark.parametrize("name", ["jointlh", "lsepair", "summarglh", "lsepair_maxn", "singlelh"])

@@ -50,26 +50,20 @@ def ranked_trials(sweep: str | Path, metric: str | None = None) -> list[tuple[fl
 
 def recipe_yaml(recipe: dict[str, str], conf_dir: str | Path, note: str) -> str:
     """A ``# @package _global_`` config holding ``recipe`` (override key → value): keys naming a config group
-    (a folder of ``conf_dir``) become ``override /<group>: <choice>`` defaults, the rest nested keys parsed as YAML
-    scalars. ``note`` becomes the header comment."""
+    (a folder of ``conf_dir``) become ``override /<group>: <choice>`` defaults, the rest nested keys typed as Hydra
+    types command-line values. ``note`` becomes the header comment."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
     groups = {k: v for k, v in recipe.items() if (Path(conf_dir) / k).is_dir()}
+    rest = [f"{k}={v}" for k, v in recipe.items() if k not in groups]
     values = OmegaConf.create()
-    for key, value in recipe.items():
-        if key not in groups:
-            OmegaConf.update(values, key, _scalar(key, value), force_add=True)
+    for override in OverridesParser.create().parse_overrides(rest):  # 4 → 4, 1e-05 → float, corpus → "corpus"
+        OmegaConf.update(values, override.key_or_group, override.value(), force_add=True)
     lines = ["# @package _global_", *[f"# {line}" for line in note.splitlines()]]
     if groups:
         lines += ["defaults:", *[f"  - override /{g}: {c}" for g, c in groups.items()]]
     body = OmegaConf.to_yaml(values).strip()
     return "\n".join(lines + ([body] if body and body != "{}" else [])) + "\n"
-
-
-def _scalar(key: str, text: str):
-    """An override value typed as Hydra types it on the command line (``4`` → 4, ``1e-05`` → 1e-05 float,
-    ``corpus`` → "corpus")."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    return OverridesParser.create().parse_overrides([f"{key}={text}"])[0].value()
 
 
 def write_recipes(sweep: str | Path, top: int, out_dir: str | Path, conf_dir: str | Path,

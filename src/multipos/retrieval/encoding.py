@@ -111,8 +111,8 @@ def encode(
     finally:
         model.train(was_training)
     seconds = time.perf_counter() - began
-    log.info("encoded %d %ss on %s (%s) in %.1f s (%.0f/s)", len(texts), kind, device, "bf16" if bf16 else "fp32",
-             seconds, len(texts) / max(seconds, 1e-9))
+    log.info("encoded %d %s on %s (%s) in %.1f s (%.0f/s)", len(texts), "queries" if kind == "query" else "passages",
+             device, "bf16" if bf16 else "fp32", seconds, len(texts) / max(seconds, 1e-9))
     return out
 
 
