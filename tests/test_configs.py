@@ -191,3 +191,21 @@ def test_a_gpu_variant_sweeps_into_its_own_folder_with_the_cpu_run_names():
     plain = [compose_cfg("train", ["experiment=table2_homogeneous", *extra, *cell, "paths.output_dir=o"])
              for extra in ([], variant)]
     assert config_hash(plain[0]) != config_hash(plain[1])
+
+
+def test_the_main_job_trains_the_recipe_the_search_chose():
+    """``make train`` (``experiment=default``) sweeps ``recipe`` with one value, ``top1`` (the recipe group comes after
+    the experiment, so the experiment cannot select it in its defaults list): its runs train what
+    ``conf/recipe/top1.yaml`` says, and ``query_side_wise_ft`` interpolates exactly those models."""
+    cfg = compose_cfg("train", ["experiment=default"], return_hydra_config=True)
+    assert cfg.hydra.sweeper.params.recipe == "top1"
+    assert str(cfg.hydra.sweeper.params.seed) == "42,43,44"
+    run = compose_cfg("train", ["experiment=default", "recipe=top1"])
+    recipe = OmegaConf.load(Path(CONF) / "recipe" / "top1.yaml")
+    assert run.passages.candidates == recipe.passages.candidates
+    assert run.data.max_positives == recipe.data.max_positives and run.data.batch_size == recipe.data.batch_size
+    assert run.trainer.max_epochs == recipe.trainer.max_epochs
+    assert run.module.optimizer.lr == recipe.module.optimizer.lr
+    assert {"override /loss": run.loss.name} in OmegaConf.to_container(recipe.defaults)
+    wise = (Path(CONF) / "experiment" / "query_side_wise_ft.yaml").read_text()
+    assert "init_from: ${sweep_dir:default,${size.name},none}/recipe=top1,seed=${seed}/model" in wise
