@@ -93,3 +93,29 @@ def test_baseline_resolution_prefers_matching_config_and_rejects_ambiguity(tmp_p
     s8b = load_run(make_run(tmp_path, "s8b", "singlelh", pq(lo), G=8))
     with pytest.raises(ValueError, match="ambiguous singlelh baseline"):
         report.resolve_baseline(run8, [s8, s8b, run8], "singlelh")
+
+
+def test_a_control_baseline_marks_each_setting_against_the_control_of_its_objective(tmp_path):
+    """``baselines=("negative_filter=none", None)`` (experiment=negative_filter): each filtered row is tested
+    against the unfiltered row of the same objective, read from the sweep override; the control rows get no
+    marker; the legend names the control."""
+    pq = lambda v: {SET: {"ndcg@10": qmap(v)}}  # noqa: E731
+    base = np.linspace(0.1, 0.5, 20)
+    runs = []
+    for objective, shift in (("lsepair", 0.0), ("summarglh", 0.2)):
+        for filt, delta in (("none", 0.0), ("share95", np.linspace(0.05, 0.06, 20))):
+            runs.append(load_run(make_run(tmp_path, f"{objective}-{filt}", objective, pq(base + shift + delta),
+                                          extra_config=f"negative_filter_preset: {filt}\n",
+                                          overrides=[f"loss={objective}", f"negative_filter={filt}"])))
+    pool = list(runs)
+    assert report.resolve_baseline(runs[1], pool, "negative_filter=none") is runs[0]   # lsepair: its own control
+    assert report.resolve_baseline(runs[3], pool, "negative_filter=none") is runs[2]   # not lsepair's
+    assert report.resolve_baseline(runs[0], pool, "negative_filter=none") is runs[0]   # the control itself
+    table = render_table(pool, [SET], ["ndcg@10"], row_key="objective,negative_filter",
+                         baselines=("negative_filter=none", None))
+    assert "| lsepair,negative_filter=share95 | 0.3550+ |" in table
+    assert "| summarglh,negative_filter=share95 | **0.5550**+ |" in table
+    assert "| lsepair,negative_filter=none | 0.3000 |" in table
+    assert "+/-: significantly better/worse than negative_filter=none (same objective" in table
+    # against SingleLH (the default) a study without SingleLH rows marks nothing
+    assert "+" not in render_table(pool, [SET], ["ndcg@10"], row_key="objective,negative_filter").split("**bold**")[0]

@@ -36,7 +36,7 @@ from multipos.report.plots import PLOT_METRICS, ratio_ablation_figure, sweep_fig
 from multipos.report.runs import RunResult, config_node, load_run, override_map
 from multipos.run_folder import read_run_info, sweep_runs
 from multipos.report.seeds import config_difference, group_seeds, sort_seeds
-from multipos.report.significance import DEFAULT_BASELINES
+from multipos.report.significance import DEFAULT_BASELINES, is_baseline_row
 from multipos.report.tables import PER_RUN_KEYS, metric_label, parse_column, render_grid, render_table, row_label
 
 KINDS = ("table", "trials")
@@ -117,13 +117,19 @@ def _label_clashes(runs: Sequence[RunResult], row_key: str, sweep: Path) -> list
     return notes
 
 
-def _table(spec: Mapping, runs: list[RunResult], sweep: Path) -> tuple[str, str, list[str]]:
+def _table(spec: Mapping, runs: list[RunResult], sweep: Path,
+           baselines: Sequence[str | None] | None = None) -> tuple[str, str, list[str]]:
     cols = [parse_column(c) for c in spec["columns"]]
     for r in runs:
         for s, m in cols:
             r.value(s, m)
-    present = {r.objective for r in runs}
-    baselines = tuple(b if b in present else None for b in DEFAULT_BASELINES)
+    chosen = list(baselines or spec.get("baselines") or DEFAULT_BASELINES)
+    if len(chosen) > 2:
+        raise ValueError(f"at most two baselines (the +/- and the ♣/♦ one), got {chosen!r}")
+    chosen += [None] * (2 - len(chosen))
+    # a baseline none of the runs is a row of marks nothing (e.g. no SingleLH in the study)
+    baselines = tuple(b if b is not None and any(is_baseline_row(r, str(b)) for r in runs) else None
+                      for b in chosen)
     sig = any(s in r.per_query for r in runs for s, _ in cols)
     kw = dict(columns=cols, row_key=spec["row_key"], baselines=baselines, title=spec["title"], significance=sig)
     md, tex = (render_table(runs, fmt=f, **kw) for f in ("markdown", "latex"))
@@ -157,8 +163,13 @@ def _trials(spec: Mapping, runs: list[RunResult], infos: list[Mapping], first: P
 
 
 def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results", name: str | None = None,
-                 wandb_project: str | None = None) -> str:
+                 wandb_project: str | None = None, baselines: Sequence[str | None] | None = None) -> str:
     """Render the study in ``sweep_dir`` to ``<out>/<name>.md`` and ``.tex`` (and ``.png`` with a plot).
+
+    ``baselines`` (at most two: the ``+``/``-`` one, then the ``♣``/``♦`` one) replaces ``report.baselines`` and
+    the default (SingleLH, Rand1LH): objective names or controls ``"<key>=<value>"``, e.g.
+    ``["negative_filter=none"]`` marks each filter against no filter for the same objective
+    (:func:`multipos.report.significance.resolve_baseline`).
 
     ``name`` replaces ``report.name`` as the output stem; without it, a study run as a variant (``size.suffix``,
     e.g. ``fine_tuning=query_side``) writes ``<report.name>_<suffix>`` so the variant never overwrites the study. Files are written atomically (temporary
@@ -189,7 +200,7 @@ def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results",
     if spec["kind"] == "trials":
         md, tex, notes = _trials(spec, runs, infos, complete[0])
     else:
-        md, tex, notes = _table(spec, runs, sweep)
+        md, tex, notes = _table(spec, runs, sweep, baselines)
     if spec["notes"]:
         notes.insert(0, str(spec["notes"]).strip())
     if incomplete:
@@ -232,9 +243,12 @@ def main(argv: Sequence[str] | None = None) -> str:
     p.add_argument("--name", help="output stem (default: report.name of the runs' config)")
     p.add_argument("--wandb", nargs="?", const="multipos", metavar="PROJECT",
                    help="also log the table (wandb.Table) and figure to W&B project PROJECT (default: %(const)s)")
+    p.add_argument("--baselines", nargs="+", metavar="BASELINE",
+                   help="the +/- baseline and optionally the ♣/♦ one: objective names or controls KEY=VALUE, e.g. "
+                        "negative_filter=none (default: report.baselines of the runs' config, else singlelh rand1lh)")
     args = p.parse_args(argv)
     try:
-        md = render_sweep(args.sweep_dir, args.out, args.name, wandb_project=args.wandb)
+        md = render_sweep(args.sweep_dir, args.out, args.name, wandb_project=args.wandb, baselines=args.baselines)
     except (FileNotFoundError, ValueError) as exc:
         p.exit(2, f"{p.prog}: error: {exc}\n")
     print(md, end="")

@@ -100,22 +100,49 @@ def markers(run: Row, singlelh_run: Row | None, rand1lh_run: Row | None, set: st
     return "".join(symbols) if fmt == "markdown" else "$^{" + "".join(symbols) + "}$"
 
 
+def is_control(baseline: object) -> bool:
+    """True for a control baseline ``"<key>=<value>"`` (e.g. ``"negative_filter=none"``), False for an objective
+    name, a row or None."""
+    return isinstance(baseline, str) and "=" in baseline
+
+
+def _first(row: Row) -> RunResult:
+    return row.first if isinstance(row, SeedGroup) else row
+
+
+def is_baseline_row(row: Row, baseline: str | Row | None) -> bool:
+    """Whether ``row`` is a row of ``baseline``: its objective for an objective name, its ``key`` value for a
+    control ``"<key>=<value>"`` (read by :meth:`RunResult.get`: config key, alias or sweep override)."""
+    if baseline is None or isinstance(baseline, (RunResult, SeedGroup)):
+        return baseline is not None and same_row(row, baseline)
+    if is_control(baseline):
+        key, _, value = baseline.partition("=")
+        try:
+            return str(_first(row).get(key)) == value
+        except ValueError:
+            return False
+    return row.objective == baseline
+
+
 def resolve_baseline(run: Row, runs: Sequence[Row], baseline: str | Row | None) -> Row | None:
-    """The row that ``run`` is compared with for the baseline objective ``baseline``.
+    """The row that ``run`` is compared with for the baseline ``baseline``.
 
     ``None`` → ``None``; a :class:`RunResult` / :class:`SeedGroup` → itself; an objective name →
     ``run`` itself when it has that objective (no marker), else the row of ``runs`` with that objective
     that agrees with ``run`` on every :data:`MATCH_KEYS` value (all config keys but the objective and
-    the seed); among several such rows, the one with the same seed(s) as ``run``. ``None`` when no row
-    matches. Raises ``ValueError`` listing the candidates when several match equally well — pass the
-    baseline run explicitly then.
+    the seed); among several such rows, the one with the same seed(s) as ``run``. A control
+    ``"<key>=<value>"`` (e.g. ``"negative_filter=none"``: each filter against no filter) → ``run`` itself when
+    its ``key`` has that value, else the row with that value, the same objective and the same
+    :data:`MATCH_KEYS` values. ``None`` when no row matches. Raises ``ValueError`` listing the candidates when
+    several match equally well — pass the baseline run explicitly then.
     """
     if baseline is None or isinstance(baseline, (RunResult, SeedGroup)):
         return baseline
-    if run.objective == baseline:
+    if is_baseline_row(run, baseline):
         return run
     cfg = run.config
-    candidates = [r for r in runs if r.objective == baseline
+    candidates = [r for r in runs if is_baseline_row(r, baseline)
+                  and (not is_control(baseline) or r.objective == run.objective)
                   and all(r.config.get(k) == cfg.get(k) for k in MATCH_KEYS)]
     if len(candidates) > 1:
         candidates = [r for r in candidates if r.config.get("seed") == cfg.get("seed")] or candidates

@@ -8,8 +8,8 @@ from typing import Callable, Iterable, Mapping, Sequence, Union
 
 from multipos.report.runs import KEY_ALIASES, SHORT_NAMES, RunResult
 from multipos.report.seeds import SeedGroup, group_seeds, same_row, single_rows
-from multipos.report.significance import (DEFAULT_BASELINES, FORMATS, MARKER_SYMBOLS, MATCH_KEYS, Row, markers,
-                                          resolve_baseline)
+from multipos.report.significance import (DEFAULT_BASELINES, FORMATS, MARKER_SYMBOLS, MATCH_KEYS, Row,
+                                          is_baseline_row, is_control, markers, resolve_baseline)
 
 #: Floor rows taken from ``references.json``: (key in the file, row label).
 REFERENCE_ROWS = (("bm25", "BM25"), ("zero-shot", "zero-shot"))
@@ -114,7 +114,8 @@ def _legend(baselines: Sequence, alpha: float, fmt: str, seeds: bool) -> str:
             continue
         if fmt == "latex":
             up, down, name = f"$^{{{up}}}$", f"$^{{{down}}}$", latex_escape(name)
-        parts.append(f"{up}/{down}: significantly better/worse than {name}")
+        of = " (same objective and setting otherwise)" if is_control(name) else ""
+        parts.append(f"{up}/{down}: significantly better/worse than {name}{of}")
     if not parts:
         return ""
     p = f"$p < {alpha:g}$" if fmt == "latex" else f"p < {alpha:g}"
@@ -142,8 +143,9 @@ def render_table(runs: Sequence[RunResult], sets: Sequence[str] | None = None, m
     (different metrics per set, e.g. ``[("nq_test", "acc@20"), ("nq_test", "acc@100"),
     ("beir_average", "ndcg@10")]``; ``sets`` / ``metrics`` must then be empty or ``None``);
     ``row_key`` → row labels (see :func:`row_label`); ``fmt`` ``"markdown"`` or ``"latex"``;
-    ``baselines`` (SingleLH-like, Rand1LH-like): objective names (resolved per row with
-    :func:`resolve_baseline`), :class:`RunResult` objects or ``None``; ``title`` → Markdown
+    ``baselines`` (SingleLH-like, Rand1LH-like): objective names or controls ``"<key>=<value>"`` (e.g.
+    ``"negative_filter=none"``: each row against the row of the same objective with that value; resolved per row
+    with :func:`resolve_baseline`), :class:`RunResult` objects or ``None``; ``title`` → Markdown
     ``Table: <title>`` line / LaTeX caption; ``references``: ``True`` → BM25 / zero-shot floor rows
     from the first run that has a ``references.json``, a mapping → those references, ``False`` → none;
     ``significance=False`` → no markers (per-query files not needed); ``percent`` → ×100, 2 decimals
@@ -175,7 +177,8 @@ def render_table(runs: Sequence[RunResult], sets: Sequence[str] | None = None, m
     cols = table_columns(sets, metrics, columns)
     baselines = tuple(baselines)
     if len(baselines) != 2:
-        raise ValueError(f"baselines must be (SingleLH-like, Rand1LH-like), got {baselines!r}")
+        raise ValueError(f"baselines must be two (SingleLH-like, Rand1LH-like; objective names, controls "
+                         f"'<key>=<value>', runs or None), got {baselines!r}")
     per_run = not aggregate or (isinstance(row_key, str) and
                                 any(p.strip() in PER_RUN_KEYS for p in row_key.split(",")))
     rows = single_rows(runs) if per_run else group_seeds(runs)
@@ -183,7 +186,7 @@ def render_table(runs: Sequence[RunResult], sets: Sequence[str] | None = None, m
 
     def base_rank(r: SeedGroup) -> int:  # row order: baseline rows first
         for i, b in enumerate(baselines):
-            if (isinstance(b, SeedGroup) and same_row(r, b)) or (isinstance(b, str) and r.objective == b):
+            if (isinstance(b, SeedGroup) and same_row(r, b)) or (isinstance(b, str) and is_baseline_row(r, b)):
                 return i
         return len(baselines)
     rows = sorted(rows, key=base_rank)  # stable
@@ -198,7 +201,7 @@ def render_table(runs: Sequence[RunResult], sets: Sequence[str] | None = None, m
         for i, r in enumerate(rows):
             bases = [resolve_baseline(r, rows, b) for b in baselines]
             for b, base in zip(baselines, bases):
-                if base is None and isinstance(b, str) and any(x.objective == b for x in rows):
+                if base is None and isinstance(b, str) and any(is_baseline_row(x, b) for x in rows):
                     unmatched.setdefault(b, []).append(row_label(r, row_key))
             for j, (s, m) in enumerate(cols):
                 if s in marked:
