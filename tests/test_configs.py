@@ -209,3 +209,22 @@ def test_the_main_job_trains_the_recipe_the_search_chose():
     assert {"override /loss": run.loss.name} in OmegaConf.to_container(recipe.defaults)
     wise = (Path(CONF) / "experiment" / "query_side_wise_ft.yaml").read_text()
     assert "init_from: ${sweep_dir:default,${size.name},none}/recipe=top1,seed=${seed}/model" in wise
+
+
+def test_the_query_side_gpu_variant_sweeps_beside_the_cpu_query_side_study():
+    """``fine_tuning=query_side ++size.suffix=-query_side-gpu`` (bench/gpu/call_studies.sh with FINE_TUNING=query_side):
+    multirun/<study>-cpu-query_side-gpu, the CPU query-side run names, another config hash."""
+    from multipos.equivalent_runs import config_hash
+
+    cell = ["loss=jointlh", "seed=45"]
+    qs = ["fine_tuning=query_side"]
+    gpu = ["trainer=gpu", "++size.suffix=-query_side-gpu"]
+    cpu_cfg = compose_cfg("train", ["experiment=table4_heterogeneous", *qs, *cell], return_hydra_config=True)
+    gpu_cfg = compose_cfg("train", ["experiment=table4_heterogeneous", *qs, *gpu, *cell], return_hydra_config=True)
+    assert cpu_cfg.hydra.sweep.dir.endswith("table4_heterogeneous-cpu-query_side")
+    assert gpu_cfg.hydra.sweep.dir == f"{cpu_cfg.hydra.sweep.dir}-gpu"
+    assert gpu_cfg.hydra.job.override_dirname == cpu_cfg.hydra.job.override_dirname
+    assert gpu_cfg.passages.candidates == cpu_cfg.passages.candidates == "group"
+    plain = [compose_cfg("train", ["experiment=table4_heterogeneous", *qs, *extra, *cell, "paths.output_dir=o"])
+             for extra in ([], gpu)]
+    assert config_hash(plain[0]) != config_hash(plain[1])

@@ -3,21 +3,30 @@
 # multirun/<study>-cpu-gpu (render: python -m multipos.report.render multirun/<study>-cpu-gpu). One process per seed,
 # two studies at a time (six processes: MiniLM leaves the H100 mostly idle); everything stops at the deadline
 # (STUDY_S seconds, default 470). A study re-run skips its finished runs, so a later call continues where this stopped.
+# FINE_TUNING=query_side: the query-side five-seed variant (seeds 42-46, fine_tuning=query_side) into
+# multirun/<study>-cpu-query_side-gpu, rendered to <study>_query_side-gpu.md; default studies then Tables 4-9, the
+# figure and the candidate-set study (issue "Query-side training", items 6-7).
 . bench/gpu/setup.sh || exit 3
+if [ "${FINE_TUNING:-}" = query_side ]; then
+  SEEDS="42 43 44 45 46"; VARIANT="fine_tuning=query_side ++size.suffix=-query_side-gpu"
+  STUDIES=${STUDIES:-table4_heterogeneous table5_curriculum table6_lsepair_variants table7_budget table8_first_vs_random_m table9_recontriever figure_ratio_ablation candidate_set}
+else
+  SEEDS="42 43 44"; VARIANT="++size.suffix=-gpu"
+fi
 R=/tmp/results/studies; mkdir -p $R
 end=$(( $(date +%s) + ${STUDY_S:-470} ))
 set -- ${STUDIES:-table2_homogeneous table4_heterogeneous table5_curriculum table6_lsepair_variants table7_budget}
 while [ $# -gt 0 ] && [ $(date +%s) -lt $(( end - 60 )) ]; do
   t0=$(date +%s); pair="$1 ${2:-}"; shift; [ $# -gt 0 ] && shift
   for study in $pair; do
-    for seed in 42 43 44; do
-      timeout $(( end - $(date +%s) )) python3 train.py -m experiment=$study seed=$seed trainer=gpu ++size.suffix=-gpu \
+    for seed in $SEEDS; do
+      timeout $(( end - $(date +%s) )) python3 train.py -m experiment=$study seed=$seed trainer=gpu $VARIANT \
         trainer.enable_progress_bar=false > $R/$study-$seed.log 2>&1 &
     done
   done
   wait; echo "$pair $(( $(date +%s) - t0 )) s" | tee -a $R/times.txt
 done
 tar -czf $OUT/studies.tar.gz --exclude='checkpoints' --exclude='model' --exclude='run.*.trec' -C /tmp/results studies \
-  -C $PWD $(ls -d multirun/*-cpu-gpu | grep -v default-cpu-gpu)
+  -C $PWD $(ls -d multirun/*-gpu | grep -v default-cpu-gpu)
 cat $R/times.txt
-for f in multirun/*-cpu-gpu/*/run_info.json; do python3 -c "import json; d=json.load(open('$f')); print('$f', d['status'], round(d.get('wall_s', 0)))"; done
+for f in multirun/*-gpu/*/run_info.json; do python3 -c "import json; d=json.load(open('$f')); print('$f', d['status'], round(d.get('wall_s', 0)))"; done
