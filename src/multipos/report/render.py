@@ -127,8 +127,8 @@ def _table(spec: Mapping, runs: list[RunResult], sweep: Path,
     if len(chosen) > 2:
         raise ValueError(f"at most two baselines (the +/- and the ♣/♦ one), got {chosen!r}")
     chosen += [None] * (2 - len(chosen))
-    # a baseline none of the runs is a row of marks nothing (e.g. no SingleLH in the study)
-    baselines = tuple(b if b is not None and any(is_baseline_row(r, str(b)) for r in runs) else None
+    # a baseline that no run belongs to (e.g. a study without SingleLH) marks nothing
+    baselines = tuple(b if b is not None and any(is_baseline_row(r, b) for r in runs) else None
                       for b in chosen)
     sig = any(s in r.per_query for r in runs for s, _ in cols)
     kw = dict(columns=cols, row_key=spec["row_key"], baselines=baselines, title=spec["title"], significance=sig)
