@@ -179,7 +179,7 @@ def test_a_gpu_variant_sweeps_into_its_own_folder_with_the_cpu_run_names():
     """``trainer=gpu ++size.suffix=-gpu`` (docs/gpu.md, bench/gpu/call_studies.sh): the sweep goes to
     ``multirun/<study>-cpu-gpu`` with the same run subfolders as the CPU sweep (the trainer and the suffix name no
     subfolder), and its config hash differs, so a GPU run is never taken for a CPU one (or reused in its place)."""
-    from multipos.equivalent_runs import config_hash
+    from multipos.runs.keys import config_hash
 
     cell = ["loss=jointlh", "seed=43"]
     variant = ["trainer=gpu", "++size.suffix=-gpu"]
@@ -214,7 +214,7 @@ def test_the_main_job_trains_the_recipe_the_search_chose():
 def test_the_query_side_gpu_variant_sweeps_beside_the_cpu_query_side_study():
     """``fine_tuning=query_side ++size.suffix=-query_side-gpu`` (bench/gpu/call_studies.sh with FINE_TUNING=query_side):
     multirun/<study>-cpu-query_side-gpu, the CPU query-side run names, another config hash."""
-    from multipos.equivalent_runs import config_hash
+    from multipos.runs.keys import config_hash
 
     cell = ["loss=jointlh", "seed=45"]
     qs = ["fine_tuning=query_side"]

@@ -1,5 +1,5 @@
 """Every notebook in ``notebooks/`` runs headless (nbclient) on a tiny sweep of two real runs on the fixtures, and
-the run-log helpers behind them (``multipos.run_folder``) read curriculum runs and pick the newest run by its run info.
+the run-log helpers behind them (``multipos.runs.find``, ``multipos.runs.logs``) read curriculum runs and pick the newest run by its run info.
 
 ``MULTIPOS_NB_UPDATE=1 pytest tests/test_notebooks.py`` also writes the executed notebooks, with their outputs,
 back to ``notebooks/`` (how the committed outputs were made).
@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from multipos.run_folder import find_runs, latest_run, series, stage_logs, training_log
+from multipos.runs.find import find_runs, latest_run
+from multipos.runs.logs import series, stage_logs, training_log
 from multipos.train import train
 from tests.helpers import REPO, compose_cfg, tiny_overrides
 
@@ -117,7 +118,7 @@ def test_newest_run_is_chosen_by_run_info_not_by_name(tmp_path):
         d = tmp_path / name
         d.mkdir()
         (d / "run_info.json").write_text(json.dumps({"status": status}))
-        (d / "metrics.json").write_text("{}")  # finished = status complete and metrics.json (multipos.run_folder)
+        (d / "metrics.json").write_text("{}")  # finished = status complete and metrics.json (multipos.runs.folder)
         stamp = time.time() - age
         os.utime(d / "run_info.json", (stamp, stamp))
     assert latest_run(tmp_path) == tmp_path / "a-new"

@@ -112,7 +112,7 @@ def test_corpus_candidates_without_the_frozen_index_fail_before_writing(tiny_bei
 
 def test_two_tower_config_hash_is_unchanged_by_the_passages_group(tiny_beir, tiny_bert, tmp_path):
     """Finished two-tower sweeps are still skipped: the default passages node is left out of the hash."""
-    from multipos.equivalent_runs import config_hash
+    from multipos.runs.keys import config_hash
 
     base = tiny_overrides(tiny_beir, tiny_bert, tmp_path / "run")
     with_default = compose_cfg("train", base)

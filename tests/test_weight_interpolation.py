@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModel
 
-from multipos.equivalent_runs import config_hash
+from multipos.runs.keys import config_hash
 from multipos.train import train
 from multipos.weight_interpolation import interpolate_state
 from tests.helpers import compose_cfg, tiny_overrides

@@ -18,10 +18,11 @@ Modules and subpackages, by concept:
   ``topk`` (exact top-k merge), ``shards`` / ``shard_job`` (sharded corpus encoding and search);
 * ``evaluation/``: ``sets`` (evaluation sets), ``metrics`` (ranx metrics), ``qa`` (answer matching and top-k answer accuracy),
   ``runner`` (evaluation shared by both jobs);
-* jobs and outputs: ``train`` / ``evaluate`` (the jobs behind ``train.py`` / ``evaluate.py``), ``equivalent_runs``
-  (config hash, equivalence key, reusing a finished run that trained the same model), ``atomic`` (atomic writes),
-  ``run_folder`` (the run directory: ``run_info.json``, the one "finished" rule, finding runs, the training logs),
-  ``report/`` (tables, significance, plots, the main job's summary).
+* jobs and outputs: ``train`` / ``evaluate`` (the jobs behind ``train.py`` / ``evaluate.py``), ``fit`` (one training
+  stage), ``atomic`` (atomic writes), ``report/`` (tables, significance, plots, the main job's summary);
+* ``runs/``: the run folder's one owner — ``folder`` (``run_info.json``, the one "finished" rule, resume
+  checkpoints), ``keys`` (config hash, equivalence key), ``reuse`` (copying a finished run that trained the same
+  model), ``lifecycle`` (opening and closing a run), ``find`` (finding runs), ``logs`` (training logs).
 """
 
 from multipos.hardware import auto_precision, auto_workers, native_bf16

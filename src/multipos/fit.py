@@ -20,7 +20,7 @@ from multipos.distributed import is_rank_zero
 from multipos.evaluation.runner import retrieval_options
 from multipos.loggers import log_config
 from multipos.losses import ContrastiveLoss
-from multipos.run_folder import RESUME_FILENAME, newest_checkpoint
+from multipos.runs.folder import RESUME_FILENAME, newest_checkpoint
 from multipos.stages import Stage
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ def build_callbacks(cfg: DictConfig, stage_dir: Path, val_set) -> tuple[list, ob
     ``retrieval_validation`` (dev retrieval each epoch, when a validation set is configured) and
     ``model_checkpoint`` (best dev checkpoint) come from the config; a second ModelCheckpoint keeps the newest
     state (``resume-epoch=E-step=S.ckpt``, with ``last.ckpt`` a link to it) at each epoch end and every
-    ``every_n_train_steps`` steps, for resuming (:func:`multipos.run_folder.newest_checkpoint`). Every other entry
+    ``every_n_train_steps`` steps, for resuming (:func:`multipos.runs.folder.newest_checkpoint`). Every other entry
     with a ``_target_`` (e.g. ``gradient_diagnostics``, ``callbacks=diagnostics``) is instantiated as is.
     """
     cbs = cfg.get("callbacks") or {}

@@ -19,9 +19,9 @@ keeps the latter); with ``trainer.max_epochs=0`` the run trains nothing and only
 
 Re-running the identical command into the same run directory (``hydra.run.dir``, or a study's fixed sweep
 folder) resumes: a finished run is skipped, finished stages are not re-trained, and an interrupted stage
-continues from its newest checkpoint (:func:`multipos.run_folder.newest_checkpoint`) — optimizer, schedule, RNG and data order included. With
+continues from its newest checkpoint (:func:`multipos.runs.folder.newest_checkpoint`) — optimizer, schedule, RNG and data order included. With
 ``reuse_equivalent=true`` (set by every study) a run whose model and evaluation a finished run elsewhere already
-computed copies that run's results instead of training (:mod:`multipos.equivalent_runs`).
+computed copies that run's results instead of training (:mod:`multipos.runs.reuse`).
 """
 
 from __future__ import annotations
@@ -38,13 +38,13 @@ from omegaconf import DictConfig, OmegaConf
 from multipos import atomic
 from multipos.assets import cache_dir
 from multipos.distributed import check_launch, device_description, is_rank_zero, trainer_world_size
-from multipos.equivalent_runs import adopt, config_hash, equivalence_key, find_equivalent, register
+from multipos.runs.lifecycle import close_run, open_run
 from multipos.evaluation.runner import eval_sets, evaluate_sets, references, write_results
 from multipos.fit import run_stage
 from multipos.loggers import log_final_metrics
 from multipos.passage_index import check_settings as check_passages
 from multipos.passage_index import for_training as frozen_passage_index
-from multipos.run_folder import prepare_run_dir, remove_checkpoints, write_run_info
+from multipos.runs.folder import write_run_info
 from multipos.stages import plan, schedule_spans
 from multipos.weight_interpolation import interpolate_toward_start
 
@@ -88,29 +88,10 @@ def train(cfg: DictConfig) -> dict | None:
     start = time.time()
     stages = plan(cfg.stages, evaluate_only=bool(cfg.get("init_from")))  # configuration errors first
     check_passages(cfg.get("passages"))
-    digest = config_hash(cfg)
-    key = equivalence_key(cfg, [s.single_positive for s in stages if s.epochs > 0])
-    info, finished = prepare_run_dir(cfg, out, digest, writer=is_rank_zero())
     zero = is_rank_zero()
-    if finished:
-        log.info("%s: finished run with this configuration, skipped (resume=false trains it again)", out)
-        if zero:
-            if info.get("equivalence_key") != key:  # runs from before the key existed
-                write_run_info(out, {**info, "equivalence_key": key})
-            register(key, out)
-        return json.loads((out / "metrics.json").read_text())
-    reuse = cfg.get("reuse_equivalent", False) and cfg.get("resume", True)  # resume=false: train it again
-    source = find_equivalent(key, out) if reuse else None
-    if source is not None:
-        if not zero:
-            return None
-        metrics = adopt(source, out, {"config_hash": digest, "equivalence_key": key,
-                                      "experiment": cfg.get("experiment_name"), "seed": int(cfg.seed),
-                                      "device": device_description(),
-                                      "wall_s": round(float(info.get("wall_s", 0.0)) + time.time() - start, 1),
-                                      "stages": [s.describe() for s in stages], "resumed": bool(info)})
-        register(key, out)
-        return metrics
+    run = open_run(cfg, out, stages, writer=zero, device=device_description(), started=start)
+    if run.done:  # finished here before, or copied from an equivalent run
+        return run.metrics
     L.seed_everything(cfg.seed, workers=True)
     datamodule = instantiate(cfg.data, seed=cfg.seed)
     val_set, test_sets = eval_sets(cfg)
@@ -125,9 +106,7 @@ def train(cfg: DictConfig) -> dict | None:
         index = frozen_passage_index(cfg.get("passages"), model, datamodule.corpus, cache_dir())
         datamodule.tokenize_passages = index is None
     out.mkdir(parents=True, exist_ok=True)
-    info = {"status": "running", "config_hash": digest, "equivalence_key": key, "experiment": cfg.get("experiment_name"),
-            "seed": int(cfg.seed), "device": device_description(), "wall_s": float(info.get("wall_s", 0.0)),
-            "stages": [s.describe() for s in stages], "resumed": bool(info)}
+    info = run.info
     if zero:
         write_run_info(out, info)
 
@@ -155,14 +134,10 @@ def train(cfg: DictConfig) -> dict | None:
 
     results = evaluate_sets(model, ([val_set] if val_set else []) + test_sets, cfg, out, cache_dir())
     resumed_from = [r["resumed_from"] for r in records if r.get("resumed_from")]
-    info.update(status="complete", stage_records=records, wall_s=round(info["wall_s"] + time.time() - start, 1),
+    info.update(stage_records=records, wall_s=round(info["wall_s"] + time.time() - start, 1),
                 resumed=bool(resumed_from), resumed_from=resumed_from)
     text = write_results(out, results, refs, extra_lines=[f"wall time {info['wall_s']:.0f} s on {info['device']}"])
-    write_run_info(out, info)
-    register(key, out)
-    if not OmegaConf.select(cfg, "size.keep_checkpoints", default=True):  # studies: model/ holds the kept weights
-        log.info("finished: removed %.1f GB of resume checkpoints (size.keep_checkpoints=false)",
-                 remove_checkpoints(out) / 1e9)
+    close_run(out, info, keep_checkpoints=OmegaConf.select(cfg, "size.keep_checkpoints", default=True))
     log_final_metrics(results)  # W&B: test/<set>/<metric>, then the run is closed
     print("\n" + text + "\n")
     print(f"run directory: {out}")

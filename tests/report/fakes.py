@@ -39,7 +39,7 @@ def make_run(root: Path, name: str, objective: str, per_query: dict[str, dict[st
 
     ``extra_config``: YAML appended to ``.hydra/config.yaml`` (e.g. a ``report:`` node); ``overrides``:
     the lines of ``.hydra/overrides.yaml`` (default: ``loss=…``, ``data.group_size=…``); ``run_info``:
-    written as ``run_info.json`` (default ``{"status": "complete"}``: a finished run, :func:`multipos.run_folder.is_finished`)."""
+    written as ``run_info.json`` (default ``{"status": "complete"}``: a finished run, :func:`multipos.runs.folder.is_finished`)."""
     d = root / name
     (d / ".hydra").mkdir(parents=True)
     per_query = per_query or {}

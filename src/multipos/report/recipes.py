@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 from multipos import atomic
 from multipos.report.runs import load_run, override_map
-from multipos.run_folder import sweep_runs
+from multipos.runs.find import sweep_runs
 
 #: Config groups renamed after stored trials ran: old name → new name.
 RENAMED_GROUPS = {"regime": "training_regime"}

@@ -34,7 +34,8 @@ from tqdm.auto import tqdm
 from multipos import atomic
 from multipos.report.plots import PLOT_METRICS, ratio_ablation_figure, sweep_figure
 from multipos.report.runs import RunResult, config_node, load_run, override_map
-from multipos.run_folder import read_run_info, sweep_runs
+from multipos.runs.find import sweep_runs
+from multipos.runs.folder import read_run_info
 from multipos.report.seeds import config_difference, group_seeds, sort_seeds
 from multipos.report.significance import DEFAULT_BASELINES, is_baseline_row
 from multipos.report.tables import PER_RUN_KEYS, metric_label, parse_column, render_grid, render_table, row_label
@@ -75,7 +76,7 @@ def _duration(s: float) -> str:
 
 def provenance(sweep: Path, runs: Sequence[RunResult], infos: Sequence[Mapping], rows: int | None = None) -> str:
     """One line: number of runs (and rows), seeds, sweep name, runs copied from an equivalent finished run
-    (``run_info.json`` ``reused_from``, :mod:`multipos.equivalent_runs`), wall time of the others (total and mean
+    (``run_info.json`` ``reused_from``, :mod:`multipos.runs.reuse`), wall time of the others (total and mean
     per run, from ``run_info.json`` ``wall_s``, left out when no run has it) and device(s) (``run_info.json``
     ``device``)."""
     seeds = sort_seeds({r.config.get("seed") for r in runs if r.config.get("seed") is not None})

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from multipos.run_folder import read_json
+from multipos.runs.folder import read_json
 
 #: Config keys read from ``.hydra/config.yaml`` into :attr:`RunResult.config` (plain values only).
 CONFIG_KEYS = ("loss.name", "data.name", "data.regime", "data.group_size", "data.max_positives",

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from multipos.report.runs import RunResult
-from multipos.run_folder import SEED_FREE_KEYS
+from multipos.runs.keys import SEED_FREE_KEYS
 
 #: Top-level config keys that do not make two runs different rows: the seed, and keys that only name or
 #: place a run (where it writes, how the study renders it, whether it resumes).

@@ -20,7 +20,7 @@ from typing import Sequence
 
 from multipos.report.runs import load_run
 from multipos.report.significance import paired_ttest
-from multipos.run_folder import sweep_runs
+from multipos.runs.find import sweep_runs
 
 
 def _mean_sd(values: Sequence[float]) -> tuple[float, float]:

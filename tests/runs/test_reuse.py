@@ -1,4 +1,4 @@
-"""Equivalent runs (multipos.equivalent_runs): SingleLH / Rand1LH cells that differ only in M or the positive
+"""Equivalent runs (multipos.runs.reuse): SingleLH / Rand1LH cells that differ only in M or the positive
 selection train the same model (checked by training both), a study reuses the finished one instead of training
 again, and nothing is reused when it must not be."""
 
@@ -9,7 +9,8 @@ import shutil
 
 import pytest
 
-from multipos.equivalent_runs import config_hash, equivalence_key, find_equivalent
+from multipos.runs.keys import config_hash, equivalence_key
+from multipos.runs.reuse import find_equivalent
 from multipos.stages import plan
 from tests.helpers import compose_cfg, tiny_overrides
 

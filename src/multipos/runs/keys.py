@@ -1,42 +1,38 @@
-"""What a run computes, and reusing a finished run that computed the same thing.
+"""What a run computes: the config keys that do not change it, and the two hashes that identify a run.
 
-Two hashes identify a run (both 16 hex digits of sha1 over the resolved config as sorted JSON):
+Both hashes are 16 hex digits of sha1 over the resolved config as sorted JSON:
 
 * :func:`config_hash` — the whole resolved config without :data:`VOLATILE_KEYS` (paths, report layout, study
   name, …). It guards a run directory: re-running into a folder that holds a run of another configuration is
-  refused (:func:`multipos.run_folder.prepare_run_dir`).
+  refused (:func:`multipos.runs.folder.prepare_run_dir`).
 * :func:`equivalence_key` — :func:`config_hash` of the config with the fields the run's stages ignore left out
   as well. Single-positive objectives (SingleLH takes the first positive, Rand1LH draws one per epoch) put one
   positive in every group whatever M (``data.max_positives``) and the positive selection are
   (:meth:`multipos.data.groups.GroupBuilder.select_positives`), so the ratio figure's SingleLH cell at G=8, M=2
   trains, bit for bit, the model of its cell at G=8, M=4; and Appendix B's first-M cells at G=16 are the
-  figure's G=16 cells of the same objective.
+  figure's G=16 cells of the same objective. Runs that share it are reused (:mod:`multipos.runs.reuse`).
 
-With ``reuse_equivalent: true`` (every study in ``conf/experiment/`` sets it; ``conf/train.yaml`` leaves it off)
-a run that finds a finished run with its equivalence key in the index (``<cache>/runs/<key>.json``, written
-when a run finishes or a finished run is skipped) copies that run's results and model into its own directory
-instead of training (:func:`adopt`), and its ``run_info.json`` names the source (``reused_from``). The report
-counts such runs apart (:func:`multipos.report.render.provenance`). The source is copied, never linked, so a
-later ``resume=false`` re-run of either directory cannot change the other.
+The report groups the seeds of one configuration by the same rule (:data:`SEED_FREE_KEYS`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
-import os
-import shutil
-from pathlib import Path
 from typing import Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
-from multipos import atomic
-from multipos.assets import cache_dir
-from multipos.run_folder import VOLATILE_KEYS, is_finished, read_json, read_run_info, write_run_info
+__all__ = ["VOLATILE_KEYS", "SEED_FREE_KEYS", "NOT_COMPUTED", "IGNORED_BY_SINGLE_POSITIVE", "config_hash",
+           "equivalence_key"]
 
-log = logging.getLogger(__name__)
+#: Config keys that do not change what a run computes (paths, report layout, study name and CPU size, resume and
+#: reuse switches): left out of the config hash. Hydra's ``override_dirname.exclude_keys`` (conf/hydra/default.yaml)
+#: is a different list on purpose: it names *command-line overrides* left out of a sweep cell's folder name, among
+#: them ``experiment``, ``scale`` and ``fine_tuning``, which do change the computation but name the sweep folder.
+VOLATILE_KEYS = ("paths", "resume", "hydra", "report", "experiment_name", "size", "reuse_equivalent")
+#: Keys on which the seeds of one configuration may differ (report rows): :data:`VOLATILE_KEYS` and ``seed``.
+SEED_FREE_KEYS = ("seed", *VOLATILE_KEYS)
 
 #: Config keys left out of :func:`equivalence_key` besides :data:`VOLATILE_KEYS`: where and how metrics are
 #: logged (``logger.save_dir`` is the run directory) does not change the model or its evaluation.
@@ -44,11 +40,6 @@ NOT_COMPUTED = ("logger",)
 
 #: ``data`` fields a stage with a single-positive objective (SingleLH, Rand1LH) does not read.
 IGNORED_BY_SINGLE_POSITIVE = ("max_positives", "positive_selection")
-
-#: Files of a finished run directory copied by :func:`adopt` (glob patterns), besides ``model/`` and the files of
-#: :func:`multipos.evaluation.runner.write_results` (written there from the source's metrics and references).
-RESULT_FILES = ("per_query.*.json", "run.*.trec", "references/*/per_query.*.json", "references/*/run.*.trec")
-
 
 #: Where classes named by ``_target_`` lived when their runs' hashes were first computed: a class's module moving
 #: (the data / evaluation / retrieval subpackages, every callback into multipos.callbacks, 2026-11-24) does not change what a run computes, so the hash
@@ -135,78 +126,3 @@ def equivalence_key(cfg: DictConfig, single_positive: Iterable[str | None]) -> s
         for key in IGNORED_BY_SINGLE_POSITIVE:
             plain.get("data", {}).pop(key, None)
     return _digest(plain)
-
-
-def _index_file(key: str) -> Path:
-    return cache_dir() / "runs" / f"{key}.json"
-
-
-def _read_json(path: Path) -> object:
-    """The index files and a source run's references: None when absent or unreadable (the index is a cache)."""
-    try:
-        return read_json(path, missing_ok=True)
-    except (OSError, ValueError):
-        return None
-
-
-def register(key: str, run_dir: Path) -> None:
-    """Record the finished ``run_dir`` under ``key`` in the index (entries whose run is gone are dropped); a run
-    that is not finished with that key (:func:`multipos.run_folder.is_finished`) is not recorded."""
-    if not is_finished(run_dir, key):
-        return
-    file = _index_file(key)
-    entries = _read_json(file)
-    entries = entries if isinstance(entries, list) else []
-    runs = [r for r in entries if isinstance(r, str) and is_finished(Path(r), key)]
-    path = str(Path(run_dir).resolve())
-    if path not in runs:
-        atomic.write_json(file, [*runs, path])
-
-
-def find_equivalent(key: str, run_dir: Path) -> Path | None:
-    """A finished run other than ``run_dir`` with equivalence key ``key``, or None (an index entry is trusted
-    only when the run it names still says so in its ``run_info.json``)."""
-    entries = _read_json(_index_file(key))
-    here = Path(run_dir).resolve()
-    for entry in entries if isinstance(entries, list) else []:
-        candidate = Path(str(entry))
-        if candidate.resolve() != here and is_finished(candidate, key) and (candidate / "model").is_dir():
-            return candidate
-    return None
-
-
-def adopt(source: Path, run_dir: Path, info: dict) -> dict:
-    """Copy the results and model of the finished run ``source`` into ``run_dir`` → its metrics.
-
-    Copies :data:`RESULT_FILES` and ``model/`` (atomically: a copy cut short leaves no half file), writes
-    ``metrics.json``, ``references.json`` and ``results.txt`` (with a line naming the source) from the source's, and writes ``run_info.json`` last, from ``info`` plus
-    ``status: complete``, ``reused_from`` and the source's ``stage_records``. ``wall_s`` is the time spent here.
-    Raises FileNotFoundError when ``source`` has no ``metrics.json`` or ``model/``.
-    """
-    from multipos.evaluation.runner import write_results  # the one results writer
-
-    source, run_dir = Path(source), Path(run_dir)
-    if not (source / "metrics.json").is_file() or not (source / "model").is_dir():
-        raise FileNotFoundError(f"{source}: not a finished run (metrics.json and model/ expected)")
-    metrics = json.loads((source / "metrics.json").read_text())
-    refs = _read_json(source / "references.json")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    for pattern in RESULT_FILES:
-        for file in sorted(source.glob(pattern)):
-            target = run_dir / file.relative_to(source)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = atomic.temp_path(target)
-            shutil.copyfile(file, tmp)
-            os.replace(tmp, target)
-    with atomic.replace_dir(run_dir / "model") as tmp:
-        shutil.copytree(source / "model", tmp, dirs_exist_ok=True)
-    src_info = read_run_info(source)
-    write_results(run_dir, metrics, refs if isinstance(refs, dict) else None,
-                  extra_lines=[f"copied from the equivalent finished run {source.resolve()} (equivalence key "
-                               f"{info.get('equivalence_key')}); trained nothing here"])
-    write_run_info(run_dir, {**info, "status": "complete", "reused_from": str(source.resolve()),
-                                                  "stage_records": src_info.get("stage_records", [])})
-    log.info("%s: the finished run %s computes the same model and evaluation (equivalence key %s): copied its "
-             "results instead of training (reuse_equivalent=false trains it)", run_dir, source,
-             info.get("equivalence_key"))
-    return metrics

@@ -1,4 +1,4 @@
-"""The run folder has one owner (multipos.run_folder): run folders in every state, and training, equivalent-run reuse,
+"""The run folder has one owner (multipos.runs.folder): run folders in every state, and training, equivalent-run reuse,
 the report and the notebooks' run finder agree on which are finished."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from multipos.equivalent_runs import find_equivalent, register
 from multipos.report.render import render_sweep
-from multipos.run_folder import (SEED_FREE_KEYS, VOLATILE_KEYS, find_runs, is_finished, read_json, read_run_info,
-                                 sweep_runs, write_run_info)
-from multipos.run_folder import prepare_run_dir
+from multipos.runs.find import find_runs, sweep_runs
+from multipos.runs.folder import is_finished, prepare_run_dir, read_json, read_run_info, write_run_info
+from multipos.runs.keys import SEED_FREE_KEYS, VOLATILE_KEYS
+from multipos.runs.reuse import find_equivalent, register
 from tests.report.fakes import CONFIG, SET, qmap
 
 HASH, KEY = "h-this", "k-this"
@@ -101,7 +101,7 @@ def test_a_corrupt_run_info_counts_as_unfinished_with_a_warning(tmp_path, caplog
 
 
 def test_one_list_of_keys_that_do_not_change_what_a_run_computes():
-    from multipos.equivalent_runs import VOLATILE_KEYS as hashed_out
+    from multipos.runs.keys import VOLATILE_KEYS as hashed_out
     from multipos.report.seeds import SEED_FREE_KEYS as grouped_out
 
     assert hashed_out is VOLATILE_KEYS and grouped_out is SEED_FREE_KEYS
@@ -139,8 +139,8 @@ def test_a_study_removes_the_resume_checkpoints_of_a_finished_run(tiny_beir, tin
     """``size.keep_checkpoints: false`` (conf/scale, every study): once the run is complete its ``*.ckpt`` files go,
     ``model/`` and ``kept.json`` stay, the identical command still skips the run, and the config hash is unchanged
     (``size`` names no computation). A run that is not finished keeps them (they are what it resumes from)."""
-    from multipos.equivalent_runs import config_hash
-    from multipos.run_folder import remove_checkpoints
+    from multipos.runs.keys import config_hash
+    from multipos.runs.folder import remove_checkpoints
     from multipos.train import train
     from tests.helpers import compose_cfg, tiny_overrides
 

@@ -1,0 +1,80 @@
+"""A run's life in its folder: open it before anything trains (skip a finished run, copy an equivalent one, or
+train, fresh or resumed), close it when it is trained and evaluated."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from multipos.runs.folder import METRICS, prepare_run_dir, read_json, remove_checkpoints, write_run_info
+from multipos.runs.keys import config_hash, equivalence_key
+from multipos.runs.reuse import adopt, find_equivalent, register
+
+log = logging.getLogger(__name__)
+
+__all__ = ["RunStart", "open_run", "close_run"]
+
+
+@dataclass
+class RunStart:
+    """What :func:`open_run` found in a run directory.
+
+    ``info``: the ``run_info.json`` of this run so far (status ``running``, config hash, equivalence key,
+    experiment, seed, device, ``wall_s`` summed over earlier attempts, stages, ``resumed``); ``metrics``: the run's
+    results when it needs no training (finished here before, or copied from an equivalent run), else None;
+    ``done``: nothing is left to do in this process (``metrics`` is None on the non-writing ranks of a reused run).
+    """
+
+    info: dict
+    metrics: dict | None = None
+    done: bool = False
+
+
+def open_run(cfg: DictConfig, out: Path, stages: list, writer: bool, device: str, started: float) -> RunStart:
+    """Decide what a run directory needs before anything trains: skip a finished run, copy an equivalent one, or
+    train (fresh or resumed).
+
+    ``stages``: the :class:`multipos.stages.Stage` plan (their ``single_positive`` enters :func:`equivalence_key`);
+    ``writer``: this process writes files (global rank 0); ``device``: the run's device description;
+    ``started``: ``time.time()`` when the job started (the wall time of a copied run).
+    Raises ValueError (from :func:`multipos.runs.folder.prepare_run_dir`) when ``out`` holds a run of another
+    configuration.
+    """
+    digest = config_hash(cfg)
+    key = equivalence_key(cfg, [s.single_positive for s in stages if s.epochs > 0])
+    previous, finished = prepare_run_dir(cfg, out, digest, writer=writer)
+    info = {"status": "running", "config_hash": digest, "equivalence_key": key,
+            "experiment": cfg.get("experiment_name"), "seed": int(cfg.seed), "device": device,
+            "wall_s": float(previous.get("wall_s", 0.0)), "stages": [s.describe() for s in stages],
+            "resumed": bool(previous)}
+    if finished:
+        log.info("%s: finished run with this configuration, skipped (resume=false trains it again)", out)
+        if writer:
+            if previous.get("equivalence_key") != key:  # runs from before the key existed
+                write_run_info(out, {**previous, "equivalence_key": key})
+            register(key, out)
+        return RunStart(previous, read_json(out / METRICS), done=True)
+    reuse = cfg.get("reuse_equivalent", False) and cfg.get("resume", True)  # resume=false: train it again
+    source = find_equivalent(key, out) if reuse else None
+    if source is None:
+        return RunStart(info)
+    if not writer:
+        return RunStart(info, done=True)
+    metrics = adopt(source, out, {**info, "wall_s": round(info["wall_s"] + time.time() - started, 1)})
+    register(key, out)
+    return RunStart(info, metrics, done=True)
+
+
+def close_run(out: Path, info: dict, keep_checkpoints: bool = True) -> None:
+    """Mark a trained and evaluated run finished: write ``info`` as its ``run_info.json`` (status ``complete``),
+    record it under its equivalence key, and with ``keep_checkpoints=False`` delete its resume checkpoints
+    (:func:`multipos.runs.folder.remove_checkpoints`; ``model/`` holds the kept weights)."""
+    write_run_info(out, {**info, "status": "complete"})
+    register(info["equivalence_key"], out)
+    if not keep_checkpoints:
+        log.info("finished: removed %.1f GB of resume checkpoints (size.keep_checkpoints=false)",
+                 remove_checkpoints(out) / 1e9)

@@ -1,0 +1,102 @@
+"""Reusing a finished run that computed the same thing.
+
+With ``reuse_equivalent: true`` (every study in ``conf/experiment/`` sets it; ``conf/train.yaml`` leaves it off)
+a run that finds a finished run with its equivalence key (:func:`multipos.runs.keys.equivalence_key`) in the
+index (``<cache>/runs/<key>.json``, written when a run finishes or a finished run is skipped) copies that run's
+results and model into its own directory instead of training (:func:`adopt`), and its ``run_info.json`` names
+the source (``reused_from``). The report counts such runs apart (:func:`multipos.report.render.provenance`).
+The source is copied, never linked, so a later ``resume=false`` re-run of either directory cannot change the
+other.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+from multipos import atomic
+from multipos.assets import cache_dir
+from multipos.runs.folder import METRICS, is_finished, read_json, read_run_info, write_run_info
+
+log = logging.getLogger(__name__)
+
+__all__ = ["RESULT_FILES", "register", "find_equivalent", "adopt"]
+
+#: Files of a finished run directory copied by :func:`adopt` (glob patterns), besides ``model/`` and
+#: ``results.txt`` (copied with a line naming the source).
+RESULT_FILES = ("metrics.json", "references.json", "per_query.*.json", "run.*.trec", "references/*/per_query.*.json",
+                "references/*/run.*.trec")
+
+
+def _index_file(key: str) -> Path:
+    return cache_dir() / "runs" / f"{key}.json"
+
+
+def _read_json(path: Path) -> object:
+    """The index files and a source run's references: None when absent or unreadable (the index is a cache)."""
+    try:
+        return read_json(path, missing_ok=True)
+    except (OSError, ValueError):
+        return None
+
+
+def register(key: str, run_dir: Path) -> None:
+    """Record the finished ``run_dir`` under ``key`` in the index (entries whose run is gone are dropped); a run
+    that is not finished with that key (:func:`multipos.runs.folder.is_finished`) is not recorded."""
+    if not is_finished(run_dir, key):
+        return
+    file = _index_file(key)
+    entries = _read_json(file)
+    entries = entries if isinstance(entries, list) else []
+    runs = [r for r in entries if isinstance(r, str) and is_finished(Path(r), key)]
+    path = str(Path(run_dir).resolve())
+    if path not in runs:
+        atomic.write_json(file, [*runs, path])
+
+
+def find_equivalent(key: str, run_dir: Path) -> Path | None:
+    """A finished run other than ``run_dir`` with equivalence key ``key``, or None (an index entry is trusted
+    only when the run it names still says so in its ``run_info.json``)."""
+    entries = _read_json(_index_file(key))
+    here = Path(run_dir).resolve()
+    for entry in entries if isinstance(entries, list) else []:
+        candidate = Path(str(entry))
+        if candidate.resolve() != here and is_finished(candidate, key) and (candidate / "model").is_dir():
+            return candidate
+    return None
+
+
+def adopt(source: Path, run_dir: Path, info: dict) -> dict:
+    """Copy the results and model of the finished run ``source`` into ``run_dir`` → its metrics.
+
+    Copies :data:`RESULT_FILES` and ``model/`` (atomically: a copy cut short leaves no half file), then
+    ``results.txt`` with a line naming the source, and writes ``run_info.json`` last, from ``info`` plus
+    ``status: complete``, ``reused_from`` and the source's ``stage_records``. ``wall_s`` is the time spent here.
+    Raises FileNotFoundError when ``source`` has no ``metrics.json`` or ``model/``.
+    """
+    source, run_dir = Path(source), Path(run_dir)
+    if not (source / METRICS).is_file() or not (source / "model").is_dir():
+        raise FileNotFoundError(f"{source}: not a finished run (metrics.json and model/ expected)")
+    metrics = read_json(source / METRICS)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for pattern in RESULT_FILES:
+        for file in sorted(source.glob(pattern)):
+            target = run_dir / file.relative_to(source)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = atomic.temp_path(target)
+            shutil.copyfile(file, tmp)
+            os.replace(tmp, target)
+    with atomic.replace_dir(run_dir / "model") as tmp:
+        shutil.copytree(source / "model", tmp, dirs_exist_ok=True)
+    table = (source / "results.txt").read_text().rstrip() + "\n" if (source / "results.txt").is_file() else ""
+    atomic.write_text(run_dir / "results.txt", f"{table}copied from the equivalent finished run {source.resolve()} "
+                      f"(equivalence key {info.get('equivalence_key')}; its results above, wall time included); "
+                      "trained nothing here\n")
+    write_run_info(run_dir, {**info, "status": "complete", "reused_from": str(source.resolve()),
+                             "stage_records": read_run_info(source).get("stage_records", [])})
+    log.info("%s: the finished run %s computes the same model and evaluation (equivalence key %s): copied its "
+             "results instead of training (reuse_equivalent=false trains it)", run_dir, source,
+             info.get("equivalence_key"))
+    return metrics
