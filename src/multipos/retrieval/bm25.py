@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
 
 from multipos.data.types import Corpus, Run
+
+
+def import_bm25s():
+    """Import ``bm25s`` with JAX kept off the GPU; returns the module.
+
+    bm25s runs ``jax.lax.top_k`` when it is imported, if JAX is installed (bm25s 0.3.16, ``selection.py``). JAX's first
+    use on a GPU machine preallocates 75 % of the GPU's memory in the importing process: on an H100 (2026-11-25) every
+    BM25 reference or BM25 negative miner then left the training in that process, and every parallel run, out of CUDA
+    memory ("no supported devices found for platform CUDA"). So ``JAX_PLATFORMS`` defaults to ``cpu`` before the
+    import, unless JAX is already imported or the user set the variable (a value they chose is kept).
+    """
+    if "bm25s" not in sys.modules and "jax" not in sys.modules:
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import bm25s
+
+    return bm25s
 
 
 class BM25:
@@ -17,8 +34,7 @@ class BM25:
     """
 
     def __init__(self, corpus: Corpus, k1: float = 0.9, b: float = 0.4, progress: bool | None = None):
-        import bm25s
-
+        bm25s = import_bm25s()
         try:
             import Stemmer
 
