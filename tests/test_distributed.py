@@ -138,11 +138,15 @@ def run_gloo(tiny_bert: Path, out: Path, chunk_size: int | None) -> dict:
 
     ``fork``: the workers inherit the torch and transformers modules this process has imported; ``spawn`` would
     import them again in each worker (≈ 13 s per process on the 2-core test machine, against ≈ 1.5 s of work).
+    ``spawn`` where this process has used CUDA (``MULTIPOS_TEST_ACCELERATOR=gpu``): autograd's CUDA threads do not
+    survive a fork ("Unable to handle autograd's threading in combination with fork-based multiprocessing", H100,
+    2026-11-25).
     """
     import torch.multiprocessing as mp
 
+    method = "spawn" if torch.cuda.is_initialized() else "fork"
     mp.start_processes(gloo_worker, args=(2, free_port(), str(tiny_bert), str(out), chunk_size), nprocs=2, join=True,
-                       start_method="fork")
+                       start_method=method)
     return json.loads(out.read_text())
 
 

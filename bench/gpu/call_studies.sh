@@ -14,6 +14,9 @@ else
   SEEDS="42 43 44"; VARIANT="++size.suffix=-gpu"
 fi
 R=/tmp/results/studies; mkdir -p $R
+# the study runs earlier GPU sessions finished (experiments/sweeps/gpu-h100.tar.xz, docs/gpu.md): skipped, not repeated
+[ -f experiments/sweeps/gpu-h100.tar.xz ] && mkdir -p multirun && \
+  tar -xJf experiments/sweeps/gpu-h100.tar.xz -C multirun --skip-old-files --exclude='./default-cpu-gpu*'
 end=$(( $(date +%s) + ${STUDY_S:-470} ))
 set -- ${STUDIES:-table2_homogeneous table4_heterogeneous table5_curriculum table6_lsepair_variants table7_budget}
 while [ $# -gt 0 ] && [ $(date +%s) -lt $(( end - 60 )) ]; do

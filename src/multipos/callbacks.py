@@ -91,18 +91,27 @@ class StepCheckpoint(ModelCheckpoint):
 class RNGStateCheckpoint(L.Callback):
     """Saves and restores the Python, NumPy and torch RNG states in checkpoints (dropout after a resume).
 
-    Stored as tensors and plain numbers so the checkpoint still loads with ``weights_only=True``.
+    The torch states are the CPU generator's and, where CUDA is initialised, the current CUDA device's generator
+    (dropout on a GPU draws from it): without it a run resumed mid-epoch on an H100 (2026-11-25) trained with other
+    dropout masks than the uninterrupted run and ended with other weights. Under DDP every rank is seeded alike, so
+    rank 0's state (the one the checkpoint holds) is every rank's. A checkpoint written without a CUDA state (on the
+    CPU, or before this was saved) leaves the CUDA generator as seeded. Stored as tensors and plain numbers so the
+    checkpoint still loads with ``weights_only=True``.
     """
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint):
         kind, key, pos, has_gauss, gauss = np.random.get_state()
         checkpoint["multipos_rng"] = {"torch": torch.get_rng_state(), "python": random.getstate(),
                                       "numpy": [kind, torch.from_numpy(key.astype(np.int64)), pos, has_gauss, gauss]}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            checkpoint["multipos_rng"]["cuda"] = torch.cuda.get_rng_state()
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint):
         state = checkpoint.get("multipos_rng")
         if state:
             torch.set_rng_state(state["torch"])
+            if state.get("cuda") is not None and torch.cuda.is_available():
+                torch.cuda.set_rng_state(state["cuda"])
             version, internal, gauss = state["python"]
             random.setstate((version, tuple(internal), gauss))
             kind, key, pos, has_gauss, gauss = state["numpy"]

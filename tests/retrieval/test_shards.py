@@ -152,7 +152,10 @@ def _worker(rank: int, world: int, init: str, bert: str, beir: str, out: str, k:
         pids = data.corpus.ids
         encode_shards(model, pids, data.corpus.texts(pids), Path(out) / "shards", num_shards=5, batch_size=1, bf16=False)
         qids = list(data.queries)
-        q_emb = encode(model, [data.queries[q] for q in qids], "query", batch_size=1, bf16=False, progress=False)
+        # device=None: where the shards were encoded (the CPU); "auto" would move the model to a GPU where there is
+        # one, and GPU fp32 scores differ from the CPU reference in the 7th digit (H100, 2026-11-25)
+        q_emb = encode(model, [data.queries[q] for q in qids], "query", batch_size=1, bf16=False, progress=False,
+                       device=None)
         run = distributed_search(q_emb, ShardedEmbeddings.open(Path(out) / "shards"), qids, k=k)
         assert (run is None) == (rank != 0)
         if rank == 0:
