@@ -18,7 +18,9 @@ R=/tmp/results/studies; mkdir -p $R
 [ -f experiments/sweeps/gpu-h100.tar.xz ] && mkdir -p multirun && \
   tar -xJf experiments/sweeps/gpu-h100.tar.xz -C multirun --skip-old-files --exclude='./default-cpu-gpu*'
 end=$(( $(date +%s) + ${STUDY_S:-470} ))
-set -- ${STUDIES:-table2_homogeneous table4_heterogeneous table5_curriculum table6_lsepair_variants table7_budget}
+# two-tower default: what no GPU session has finished first (Table 7's m4_f25, Tables 8 and 9, the figure), then the
+# studies the archive holds (their finished runs are skipped); Table 3 needs Table 2's models, which the archive lacks
+set -- ${STUDIES:-table7_budget table8_first_vs_random_m table9_recontriever figure_ratio_ablation table2_homogeneous table4_heterogeneous table5_curriculum table6_lsepair_variants}
 while [ $# -gt 0 ] && [ $(date +%s) -lt $(( end - 60 )) ]; do
   t0=$(date +%s); pair="$1 ${2:-}"; shift; [ $# -gt 0 ] && shift
   for study in $pair; do
