@@ -16,7 +16,7 @@ fi
 R=/tmp/results/studies; mkdir -p $R
 # the study runs earlier GPU sessions finished (experiments/sweeps/gpu-h100.tar.xz, docs/gpu.md): skipped, not repeated
 [ -f experiments/sweeps/gpu-h100.tar.xz ] && mkdir -p multirun && \
-  tar -xJf experiments/sweeps/gpu-h100.tar.xz -C multirun --skip-old-files --exclude='./default-cpu-gpu*'
+  tar -xJf experiments/sweeps/gpu-h100.tar.xz -C multirun --skip-old-files --exclude=default-cpu-gpu
 end=$(( $(date +%s) + ${STUDY_S:-470} ))
 # two-tower default: what no GPU session has finished first (Table 7's m4_f25, Tables 8 and 9, the figure), then the
 # studies the archive holds (their finished runs are skipped); Table 3 needs Table 2's models, which the archive lacks
