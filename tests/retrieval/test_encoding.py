@@ -226,3 +226,41 @@ def test_the_model_moves_to_the_encoding_device_outside_inference_mode(tiny_bert
     assert next(model.parameters()).dtype == torch.float64  # the stand-in move happened
     assert not any(p.is_inference() for p in model.parameters())
     model.encode_queries(dict(model.tokenize(["statin"], "query"))).sum().backward()  # trainable afterwards
+
+
+# ------------------------------------------------------------------------------------- tokenising in windows
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_trim_padding_gives_what_the_tokenizer_gives_the_batch_alone(model, corpus, side):
+    _, texts = corpus
+    model.tokenizer.padding_side = side
+    try:
+        window = model.tokenize(texts, kind="passage")
+        for start in (0, 7, 33):
+            rows = slice(start, start + 5)
+            trimmed = encoding.trim_padding({k: v[rows] for k, v in window.items()}, side)
+            alone = model.tokenize(texts[rows], kind="passage")
+            assert trimmed.keys() == alone.keys()
+            assert all(torch.equal(trimmed[k], alone[k]) for k in alone), start
+    finally:
+        model.tokenizer.padding_side = "right"
+    with pytest.raises(ValueError, match="padding side"):
+        encoding.trim_padding(window, "middle")
+
+
+def test_encode_in_tokenizer_windows_equals_one_tokenizer_call_per_batch(model, corpus, monkeypatch):
+    """encode() tokenises TOKENIZE_BATCHES batches per call and trims each batch's padding: the embeddings are the
+    ones a tokenizer call per batch gives (bitwise, fp32 on the CPU), in input order, whatever the window."""
+    _, texts = corpus
+    order = np.argsort([-len(t) for t in texts], kind="stable")
+    expected = np.zeros((len(texts), model.hidden_size), np.float32)
+    model.eval()
+    with torch.inference_mode():
+        for start in range(0, len(texts), 4):
+            idx = order[start:start + 4]
+            expected[idx] = model.encode_passages(model.tokenize([texts[i] for i in idx], kind="passage")).numpy()
+    for batches in (1, 3, 16):
+        monkeypatch.setattr(encoding, "TOKENIZE_BATCHES", batches)
+        got = encode(model, texts, "passage", batch_size=4, bf16=False, progress=False, device=None)
+        np.testing.assert_array_equal(got, expected)

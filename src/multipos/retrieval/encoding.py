@@ -53,6 +53,23 @@ def encoding_device(model: DualEncoder, device: str | torch.device | None = "aut
     return next(model.parameters()).device
 
 
+TOKENIZE_BATCHES = 16
+"""Batches tokenised in one tokenizer call by :func:`encode`: a fast tokenizer spreads one call over every core, so
+on a GPU machine tokenisation (which bounded encoding there: 1,200-2,100 passages/s on an H100, 2026-11-25) no longer
+runs one small batch at a time, and the GPU is waited for once per window instead of once per batch."""
+
+
+def trim_padding(tokens: dict[str, torch.Tensor], side: str = "right") -> dict[str, torch.Tensor]:
+    """Drop the padding columns that no row of ``tokens`` needs ([n, L] tensors with an ``attention_mask``) → the
+    same rows padded to their own longest, as the tokenizer pads a batch of exactly these texts. ``side``: the
+    tokenizer's ``padding_side`` (``left`` keeps the last columns). Raises ValueError for another side."""
+    if side not in ("right", "left"):
+        raise ValueError(f"padding side must be 'right' or 'left', got {side!r}")
+    width = int(tokens["attention_mask"].sum(dim=1).max()) if tokens["attention_mask"].numel() else 0
+    cols = slice(0, width) if side == "right" else slice(tokens["attention_mask"].shape[1] - width, None)
+    return {k: v[:, cols] for k, v in tokens.items()}
+
+
 def encode(
     model: DualEncoder,
     texts: list[str],
@@ -97,18 +114,24 @@ def encode(
     model.eval()
     order = np.argsort([-len(t) for t in texts], kind="stable")
     fn = model.encode_queries if kind == "query" else model.encode_passages
+    side = getattr(model.tokenizer, "padding_side", "right")
+    window = batch_size * TOKENIZE_BATCHES
     # disable=None: the bar shows only on a terminal
-    bar = tqdm(range(0, len(texts), batch_size), desc=f"encode {kind}s", disable=None if progress else True, leave=False)
+    bar = tqdm(total=-(-len(texts) // batch_size), desc=f"encode {kind}s", disable=None if progress else True, leave=False)
     try:
         with torch.inference_mode():
-            for start in bar:
-                idx = order[start : start + batch_size]
+            for first in range(0, len(texts), window):
+                idx = order[first : first + window]
                 tokens = model.tokenize([texts[i] for i in idx], kind=kind, max_length=max_length)
-                tokens = {k: v.to(device) for k, v in tokens.items()}
-                with autocast_context(device, bf16):
-                    emb = fn(tokens)
-                out[idx] = emb.float().cpu().numpy()
+                embs = []
+                for start in range(0, len(idx), batch_size):
+                    batch = trim_padding({k: v[start : start + batch_size] for k, v in tokens.items()}, side)
+                    with autocast_context(device, bf16):
+                        embs.append(fn({k: v.to(device) for k, v in batch.items()}).float())
+                    bar.update(1)
+                out[idx] = torch.cat(embs).cpu().numpy()  # one device-to-host copy (and wait) per window
     finally:
+        bar.close()
         model.train(was_training)
     seconds = time.perf_counter() - began
     log.info("encoded %d %s on %s (%s) in %.1f s (%.0f/s)", len(texts), "queries" if kind == "query" else "passages",
