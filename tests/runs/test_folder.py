@@ -158,3 +158,17 @@ def test_a_study_removes_the_resume_checkpoints_of_a_finished_run(tiny_beir, tin
     (running / "run_info.json").write_text(json.dumps({"status": "running"}))
     with pytest.raises(ValueError, match="not a finished run"):
         remove_checkpoints(running)
+
+
+def test_a_run_brought_back_without_its_model_is_finished_but_never_a_reuse_source(tmp_path, monkeypatch):
+    """GPU sweeps travel back without checkpoints or models (experiments/sweeps/gpu-h100.tar.xz, docs/gpu.md): a
+    sweep unpacked from them skips those runs and renders them, and reuse never copies one (it has no model)."""
+    monkeypatch.setenv("MULTIPOS_CACHE", str(tmp_path / "cache"))
+    info = {"status": "complete", "config_hash": HASH, "equivalence_key": KEY}
+    d = _folder(tmp_path / "archived-cpu-gpu", "brought_back", info, metrics=True, model=False)
+    assert is_finished(d)
+    assert prepare_run_dir(OmegaConf.create({"resume": True}), d, HASH)[1] is True  # training skips it
+    register(KEY, d)
+    assert find_equivalent(KEY, tmp_path / "new_run") is None
+    done, not_done = sweep_runs(d.parent)
+    assert [r.name for r in done] == ["brought_back"] and not not_done
