@@ -14,7 +14,7 @@ from multipos.evaluation.sets import EvalSet
 from multipos.evaluation.metrics import add_average
 from multipos.data.trec import read_run
 from multipos.weight_interpolation import interpolate_toward_start
-from multipos.evaluation.runner import eval_sets, evaluate_sets, references, score_set, write_results
+from multipos.evaluation.runner import Evaluation, score_set, write_results
 
 log = logging.getLogger(__name__)
 
@@ -29,19 +29,21 @@ def evaluate(cfg: DictConfig) -> dict:
     """
     out = Path(cfg.paths.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _, sets = eval_sets(cfg)
+    evaluation = Evaluation.from_config(cfg)
+    sets = evaluation.test_sets
     if not sets:
         raise ValueError("no eval set selected: use eval=<set> (e.g. eval=nfcorpus_test) or eval=[<set>,<set>]")
     if cfg.get("run_file"):
         results = score_run_file(cfg.run_file, sets, out)
-        if cfg.eval.get("average"):
-            add_average(results, cfg.eval.average, [es.name for es in sets])
+        if evaluation.average:
+            add_average(results, evaluation.average, [es.name for es in sets])
     else:
-        results = evaluate_sets(load_model(cfg), sets, cfg, out, cache_dir())
+        results = evaluation.evaluate(load_model(cfg), out, cache_dir(), sets)
     refs = {}
-    if cfg.eval.references:
+    if evaluation.references:
         zs = cfg.get("zero_shot_model")
-        refs = references(cfg, sets, zero_shot=bool(zs) and not cfg.get("run_file"), zero_shot_model=zs)
+        zero_shot = instantiate(cfg.model, name_or_path=zs) if zs and not cfg.get("run_file") else None
+        refs = evaluation.reference_rows(zero_shot, sets=sets)
     table = write_results(out, results, refs)
     print("\n" + table + "\n")
     print(f"run directory: {out}")

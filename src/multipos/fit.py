@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 
 import lightning as L
@@ -17,28 +18,34 @@ from multipos import atomic
 from multipos.assets import cache_dir
 from multipos.callbacks import RNGStateCheckpoint, check_refresh_callback
 from multipos.distributed import is_rank_zero
-from multipos.evaluation.runner import retrieval_options
 from multipos.loggers import log_config
 from multipos.losses import ContrastiveLoss
-from multipos.runs.folder import RESUME_FILENAME, newest_checkpoint
 from multipos.stages import Stage
 
 log = logging.getLogger(__name__)
 
+#: File name of the resume checkpoints (Lightning ModelCheckpoint pattern): one kept per stage, the newest.
+RESUME_FILENAME = "resume-{epoch}-{step}"
+_STEP = re.compile(r"(?:^|-)step=(\d+)(?:-v\d+)?\.ckpt$")
 
-def build_callbacks(cfg: DictConfig, stage_dir: Path, val_set) -> tuple[list, object | None]:
+
+def build_callbacks(cfg: DictConfig, stage_dir: Path, evaluation=None) -> tuple[list, object | None]:
     """The stage's callbacks from ``cfg.callbacks`` → (callbacks, the best-checkpoint callback or None).
+
+    ``evaluation``: the job's :class:`multipos.evaluation.runner.Evaluation` (its validation set and retrieval
+    settings), or None for a stage without dev retrieval.
 
     ``retrieval_validation`` (dev retrieval each epoch, when a validation set is configured) and
     ``model_checkpoint`` (best dev checkpoint) come from the config; a second ModelCheckpoint keeps the newest
     state (``resume-epoch=E-step=S.ckpt``, with ``last.ckpt`` a link to it) at each epoch end and every
-    ``every_n_train_steps`` steps, for resuming (:func:`multipos.runs.folder.newest_checkpoint`). Every other entry
+    ``every_n_train_steps`` steps, for resuming (:func:`newest_checkpoint`). Every other entry
     with a ``_target_`` (e.g. ``gradient_diagnostics``, ``callbacks=diagnostics``) is instantiated as is.
     """
     cbs = cfg.get("callbacks") or {}
     callbacks, best = [], None
+    val_set = evaluation.validation if evaluation is not None else None
     if val_set is not None and cbs.get("retrieval_validation"):
-        opts = {**retrieval_options(cfg), "k": 100}
+        opts = {**evaluation.retrieval, "k": 100}
         callbacks.append(instantiate(cbs.retrieval_validation)(eval_set=val_set, cache=cache_dir(), **opts))
     if cbs.get("model_checkpoint"):
         checkpoint = instantiate(cbs.model_checkpoint)  # partial: one for the best dev epoch, one for resuming
@@ -75,10 +82,12 @@ def build_trainer(cfg: DictConfig, out: Path, max_epochs: int, callbacks: list, 
                        plugins=[atomic.AtomicCheckpointIO()], **overrides)
 
 
-def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, model, datamodule, val_set,
+def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, model, datamodule, evaluation,
               span: tuple[int, int], optimizer_state: dict | None, index=None) -> tuple[dict | None, dict]:
     """Train (or resume, or skip when finished) stage ``i`` → (optimizer state after it, stage record).
 
+    ``evaluation``: the job's :class:`multipos.evaluation.runner.Evaluation` (dev retrieval each epoch when the
+    stage keeps its best dev checkpoint).
     ``index``: the frozen passage index of query-side fine-tuning (:mod:`multipos.passage_index`), or None."""
     stage_dir = out / "checkpoints" / f"stage{i + 1}"
     kept_file = stage_dir / "kept.json"
@@ -90,13 +99,15 @@ def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, m
             model.load_state_dict({k[len("model."):]: v for k, v in state["state_dict"].items() if k.startswith("model.")})
         record = {**kept["record"], "resumed_from": str(kept_file)}  # finished before this process: nothing trained
         return (state["optimizer_states"][0] if state and state.get("optimizer_states") else None), record
+    newest = newest_checkpoint(stage_dir)  # an interrupted stage resumes from it
+    resume_from = str(newest) if newest else None
     datamodule.set_stage(stage.regime, stage.single_positive)
     datamodule.setup()
     log.info("stage %d/%d %s: regime=%s objective=%s single_positive=%s epochs=%d optimizer=%s lr_schedule=%s "
              "(schedule steps %d..%d)", i + 1, n_stages, stage.name, stage.regime, stage.objective, stage.single_positive,
              stage.epochs, stage.optimizer, stage.lr_schedule, span[0], span[1])
     # keep=last: no dev retrieval during the stage (nothing to select); the final evaluation still scores dev
-    callbacks, best = build_callbacks(cfg, stage_dir, val_set if stage.keep == "best" else None)
+    callbacks, best = build_callbacks(cfg, stage_dir, evaluation if stage.keep == "best" else None)
     # conf/loss/<name>.yaml builds the loss; a stage may train another objective with the same settings
     # (the curriculum's gold stage: SingleLH), so the stage's objective names it
     objective = instantiate(cfg.loss, name=stage.objective)
@@ -113,8 +124,6 @@ def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, m
                             stage=f"stage{i + 1}" if n_stages > 1 else None, **manual)
     check_refresh_callback(trainer, datamodule.source)  # a refresh period without its callback would never refresh
     last = stage_dir / "last.ckpt"
-    newest = newest_checkpoint(stage_dir)
-    resume_from = str(newest) if newest else None
     if resume_from:
         log.info("stage %d: resuming from %s", i + 1, resume_from)
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
@@ -141,3 +150,24 @@ def passage_side(cfg: DictConfig, index) -> dict:
         return {}
     return {"passage_index": index, "candidates": cfg.passages.candidates,
             "chunk_size": cfg.passages.get("chunk_size") or 65536}
+
+
+def newest_checkpoint(stage_dir: Path) -> Path | None:
+    """The checkpoint of ``stage_dir`` with the highest training step → the one a killed stage resumes from.
+
+    Every ``*.ckpt`` file whose name carries ``step=S`` counts (the resume checkpoint, step checkpoints and the
+    best-dev checkpoint all hold the full training state); ``last.ckpt`` is a link to one of them and is read
+    only when no file names a step (runs from before the resume checkpoints). At equal steps a resume checkpoint
+    wins. None when the folder holds no checkpoint.
+    """
+    if not stage_dir.is_dir():
+        return None
+    found = []
+    for f in stage_dir.glob("*.ckpt"):
+        m = _STEP.search(f.name)
+        if m and f.is_file() and not f.is_symlink():
+            found.append((int(m.group(1)), f.name.startswith("resume-"), f))
+    if found:
+        return max(found, key=lambda x: (x[0], x[1]))[2]
+    last = stage_dir / "last.ckpt"
+    return last if last.is_file() else None

@@ -19,7 +19,7 @@ keeps the latter); with ``trainer.max_epochs=0`` the run trains nothing and only
 
 Re-running the identical command into the same run directory (``hydra.run.dir``, or a study's fixed sweep
 folder) resumes: a finished run is skipped, finished stages are not re-trained, and an interrupted stage
-continues from its newest checkpoint (:func:`multipos.runs.folder.newest_checkpoint`) — optimizer, schedule, RNG and data order included. With
+continues from its newest checkpoint (:func:`multipos.fit.newest_checkpoint`) — optimizer, schedule, RNG and data order included. With
 ``reuse_equivalent=true`` (set by every study) a run whose model and evaluation a finished run elsewhere already
 computed copies that run's results instead of training (:mod:`multipos.runs.reuse`).
 """
@@ -39,7 +39,7 @@ from multipos import atomic
 from multipos.assets import cache_dir
 from multipos.distributed import check_launch, device_description, is_rank_zero, trainer_world_size
 from multipos.runs.lifecycle import close_run, open_run
-from multipos.evaluation.runner import eval_sets, evaluate_sets, references, write_results
+from multipos.evaluation.runner import Evaluation, write_results
 from multipos.fit import run_stage
 from multipos.loggers import log_final_metrics
 from multipos.passage_index import check_settings as check_passages
@@ -86,6 +86,7 @@ def train(cfg: DictConfig) -> dict | None:
     """
     out = output_dir(cfg)
     start = time.time()
+    weights = start_weights(cfg)  # init_from: a missing folder fails before anything is written
     stages = plan(cfg.stages, evaluate_only=bool(cfg.get("init_from")))  # configuration errors first
     check_passages(cfg.get("passages"))
     zero = is_rank_zero()
@@ -94,13 +95,13 @@ def train(cfg: DictConfig) -> dict | None:
         return run.metrics
     L.seed_everything(cfg.seed, workers=True)
     datamodule = instantiate(cfg.data, seed=cfg.seed)
-    val_set, test_sets = eval_sets(cfg)
     world = trainer_world_size(cfg.trainer)  # data-parallel processes: optimizer steps per epoch per rank
     check_launch(world)
     steps = [datamodule.steps_per_epoch(s.regime, world) * s.epochs if s.epochs else 0 for s in stages]  # data errors here
     spans = schedule_spans(stages, steps)
-    model = instantiate(cfg.model, **start_weights(cfg))  # checkpoint and tokenizer errors, before anything is written
+    model = instantiate(cfg.model, **weights)  # checkpoint and tokenizer errors, before anything is written
     datamodule.use_encoder_inputs(model)  # its tokenizer and prompts
+    evaluation = Evaluation.from_config(cfg)  # the sets: their errors, too, before anything is written
     index = None
     if any(s.epochs > 0 for s in stages):  # query-side: freeze E_d, encode the corpus once (the embedding cache)
         index = frozen_passage_index(cfg.get("passages"), model, datamodule.corpus, cache_dir())
@@ -111,17 +112,17 @@ def train(cfg: DictConfig) -> dict | None:
         write_run_info(out, info)
 
     refs = {}
-    if cfg.eval.references and zero:
+    if evaluation.references and zero:
         ref_file = out / "references.json"
-        refs = json.loads(ref_file.read_text()) if ref_file.is_file() else references(
-            cfg, ([val_set] if val_set else []) + test_sets, out=out / "references")  # per-query values for tests
+        refs = json.loads(ref_file.read_text()) if ref_file.is_file() else evaluation.reference_rows(
+            instantiate(cfg.model), out=out / "references")  # per-query values for paired tests
         atomic.write_json(ref_file, refs)
 
     opt_state, records = None, []
     for i, stage in enumerate(stages):
         if stage.epochs <= 0:
             continue
-        opt_state, record = run_stage(cfg, out, i, stage, len(stages), model, datamodule, val_set, spans[i], opt_state,
+        opt_state, record = run_stage(cfg, out, i, stage, len(stages), model, datamodule, evaluation, spans[i], opt_state,
                                       index)
         records.append(record)
         log.info("stage %d: %d training queries, %d positive labels", i + 1, record.get("training_queries", 0),
@@ -132,7 +133,7 @@ def train(cfg: DictConfig) -> dict | None:
     interpolate_toward_start(model, wise.get("start") or cfg.model.name_or_path, wise.get("alpha", 1.0))
     model.save_pretrained(out / "model")
 
-    results = evaluate_sets(model, ([val_set] if val_set else []) + test_sets, cfg, out, cache_dir())
+    results = evaluation.evaluate(model, out, cache_dir())
     resumed_from = [r["resumed_from"] for r in records if r.get("resumed_from")]
     info.update(stage_records=records, wall_s=round(info["wall_s"] + time.time() - start, 1),
                 resumed=bool(resumed_from), resumed_from=resumed_from)

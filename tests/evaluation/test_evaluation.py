@@ -56,3 +56,22 @@ def test_dense_run_on_tiny_beir(tiny_beir, tiny_bert):
     assert set(run) == set(data.queries) and all(len(v) == 10 for v in run.values())
     m = evaluate_run(data.qrels, run)
     assert set(m) == {"ndcg@10", "mrr@10", "recall@100", "recall@1000"}
+
+
+def test_evaluation_reads_the_sets_and_retrieval_settings_once_from_the_config():
+    """``Evaluation.from_config``: the validation set first in ``sets``, then the test sets; ``retrieval`` holds
+    exactly the keyword arguments ``dense_run`` takes (so the final evaluation and the per-epoch dev retrieval use the
+    same settings)."""
+    import inspect
+
+    from multipos.evaluation.runner import Evaluation
+    from tests.helpers import compose_cfg
+
+    cfg = compose_cfg("train", ["eval=main"])
+    ev = Evaluation.from_config(cfg)
+    assert ev.validation is not None and ev.validation.name == cfg.eval.validation.name
+    assert [es.name for es in ev.sets] == [ev.validation.name] + [s.name for s in cfg.eval.test_sets.values()]
+    assert set(ev.retrieval) <= set(inspect.signature(dense_run).parameters)
+    assert ev.retrieval["k"] == cfg.eval.k and ev.retrieval["passage_max_length"] == cfg.eval.passage_max_length
+    assert isinstance(ev.retrieval["index_options"], dict)
+    assert ev.references == bool(cfg.eval.references) and ev.tag == cfg.run_name

@@ -5,5 +5,6 @@ results writer). The job itself is :mod:`multipos.evaluate`; search is :mod:`mul
 * :mod:`~multipos.evaluation.sets` — ``EvalSet`` / ``QAEvalSet`` (load, clean a run, score it);
 * :mod:`~multipos.evaluation.metrics` — ``evaluate_run`` (ranx), averages over sets;
 * :mod:`~multipos.evaluation.qa` — DPR passages and QA files, answer matching, top-k accuracy;
-* :mod:`~multipos.evaluation.runner` — ``evaluate_sets``, ``references``, ``write_results``.
+* :mod:`~multipos.evaluation.runner` — ``Evaluation`` (the sets and retrieval settings, read once from the config;
+  ``evaluate``, ``reference_rows``), ``score_set``, ``write_results``.
 """

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 from hydra.utils import instantiate
@@ -26,23 +27,11 @@ from multipos import atomic
 from multipos.assets import cache_dir
 from multipos.evaluation.sets import EvalSet
 from multipos.evaluation.metrics import add_average
-from multipos.retrieval.dense import bm25_run, dense_run
+from multipos.retrieval.bm25 import bm25_run
+from multipos.retrieval.dense import dense_run
 from multipos.data.trec import write_run
 
 log = logging.getLogger(__name__)
-
-
-def retrieval_options(cfg: DictConfig) -> dict:
-    """Keyword arguments of :func:`multipos.retrieval.dense.dense_run` from ``cfg.eval`` (encoding and FAISS settings)."""
-    faiss = OmegaConf.to_container(cfg.eval.faiss) if cfg.eval.get("faiss") else {}
-    return dict(k=cfg.eval.k, batch_size=cfg.eval.batch_size, bf16=cfg.eval.bf16,
-                passage_max_length=cfg.eval.passage_max_length, index=cfg.eval.index, index_options=faiss)
-
-
-def eval_sets(cfg: DictConfig) -> tuple[EvalSet | None, list[EvalSet]]:
-    """(validation set or None, test sets) instantiated from ``cfg.eval``."""
-    val = instantiate(cfg.eval.validation) if cfg.eval.get("validation") else None
-    return val, [instantiate(s) for s in (cfg.eval.get("test_sets") or {}).values()]
 
 
 def score_set(es: EvalSet, run, data, out: Path | None, tag: str) -> dict:
@@ -61,36 +50,74 @@ def score_set(es: EvalSet, run, data, out: Path | None, tag: str) -> dict:
     return results
 
 
-def evaluate_sets(model, sets: list[EvalSet], cfg: DictConfig, out: Path | None, cache: Path | None) -> dict:
-    """Dense retrieval + metrics on each set (:func:`score_set`) → {result name: {metric: value}}, plus the
-    ``cfg.eval.average`` row when set. Writes runs and per-query values into ``out`` if given."""
-    results = {}
-    for es in sets:
-        data = es.load()
-        run = es.clean(dense_run(model, data, cache=cache, **retrieval_options(cfg)))
-        results.update(score_set(es, run, data, out, tag=str(cfg.get("run_name", "multipos"))))
-    return add_average(results, cfg.eval.average, [es.name for es in sets]) if cfg.eval.get("average") else results
+@dataclass
+class Evaluation:
+    """What a job evaluates and how, read once from the config (:meth:`from_config`); both jobs and the
+    per-epoch dev retrieval of training take their sets and retrieval settings from it.
 
+    ``validation``: the dev set (or None); ``test_sets``: the sets scored at the end; ``retrieval``: keyword
+    arguments of :func:`multipos.retrieval.dense.dense_run` (``k`` in passages, encoding batch size, bf16, passage
+    length in tokens, FAISS index and options); ``average``: the name of the row averaging the sets'
+    metrics (:func:`multipos.evaluation.metrics.add_average`), or None; ``references``: whether the floor rows
+    (BM25, zero-shot) are computed; ``tag``: the run tag in written TREC runs.
+    """
 
-def references(cfg: DictConfig, sets: list[EvalSet], zero_shot: bool = True, zero_shot_model: str | None = None,
-               out: Path | None = None) -> dict:
-    """Floor rows on ``sets``: ``bm25`` and, with ``zero_shot``, ``zero-shot`` = ``cfg.model`` as configured
-    (``zero_shot_model`` replaces its ``name_or_path``, e.g. the starting checkpoint of a fine-tuned model).
-    Embeddings are cached across runs. With ``out``, each row's runs and per-query values go to
-    ``out/<row>/`` (:func:`score_set`: ``per_query.<result>.json``, for paired tests against the floor rows).
-    Returns {row: {result name: {metric: value}}}."""
-    refs = {"bm25": {}}
-    for es in sets:
-        data = es.load()
-        refs["bm25"].update(score_set(es, es.clean(bm25_run(data, cfg.eval.k)), data,
-                                      out / "bm25" if out is not None else None, tag="bm25"))
-    if cfg.eval.get("average"):
-        add_average(refs["bm25"], cfg.eval.average, [es.name for es in sets])
-    if zero_shot:
-        extra = {"name_or_path": zero_shot_model} if zero_shot_model else {}
-        refs["zero-shot"] = evaluate_sets(instantiate(cfg.model, **extra), sets, cfg,
-                                          out / "zero-shot" if out is not None else None, cache_dir())
-    return refs
+    validation: EvalSet | None
+    test_sets: list[EvalSet]
+    retrieval: dict
+    average: str | None = None
+    references: bool = False
+    tag: str = "multipos"
+
+    @classmethod
+    def from_config(cls, cfg: DictConfig) -> Evaluation:
+        """From ``cfg.eval`` (sets instantiated; ``faiss`` options as a plain dict) and ``cfg.run_name``."""
+        ev = cfg.eval
+        return cls(validation=instantiate(ev.validation) if ev.get("validation") else None,
+                   test_sets=[instantiate(s) for s in (ev.get("test_sets") or {}).values()],
+                   retrieval=dict(k=ev.k, batch_size=ev.batch_size, bf16=ev.bf16,
+                                  passage_max_length=ev.passage_max_length, index=ev.index,
+                                  index_options=OmegaConf.to_container(ev.faiss) if ev.get("faiss") else {}),
+                   average=ev.get("average") or None, references=bool(ev.get("references")),
+                   tag=str(cfg.get("run_name") or "multipos"))
+
+    @property
+    def sets(self) -> list[EvalSet]:
+        """The validation set (when there is one), then the test sets: what the final evaluation scores."""
+        return ([self.validation] if self.validation is not None else []) + list(self.test_sets)
+
+    def evaluate(self, model, out: Path | None, cache: Path | None, sets: list[EvalSet] | None = None) -> dict:
+        """Dense retrieval with ``model`` + metrics on each of ``sets`` (default :attr:`sets`; :func:`score_set`)
+        → {result name: {metric: value}}, plus the :attr:`average` row. Writes runs and per-query values into
+        ``out`` if given."""
+        sets = self.sets if sets is None else sets
+        results = {}
+        for es in sets:
+            data = es.load()
+            run = es.clean(dense_run(model, data, cache=cache, **self.retrieval))
+            results.update(score_set(es, run, data, out, tag=self.tag))
+        return add_average(results, self.average, [es.name for es in sets]) if self.average else results
+
+    def reference_rows(self, zero_shot_model=None, out: Path | None = None,
+                       sets: list[EvalSet] | None = None) -> dict:
+        """Floor rows on ``sets`` (default :attr:`sets`): ``bm25`` and, when ``zero_shot_model`` (an
+        un-fine-tuned encoder, e.g. the starting checkpoint) is given, ``zero-shot``. Embeddings are cached across
+        runs. With ``out``, each row's runs and per-query values go to ``out/<row>/`` (:func:`score_set`, for paired
+        tests against the floor rows). Returns {row: {result name: {metric: value}}}, each with the
+        :attr:`average` row."""
+        sets = self.sets if sets is None else sets
+        zero_shot = None
+        if zero_shot_model is not None:
+            zero_shot = self.evaluate(zero_shot_model, out / "zero-shot" if out is not None else None, cache_dir(), sets)
+        bm25 = {}
+        for es in sets:
+            data = es.load()
+            bm25.update(score_set(es, es.clean(bm25_run(data, self.retrieval["k"])), data,
+                                  out / "bm25" if out is not None else None, tag="bm25"))
+        refs = {"bm25": add_average(bm25, self.average, [es.name for es in sets]) if self.average else bm25}
+        if zero_shot is not None:
+            refs["zero-shot"] = zero_shot
+        return refs
 
 
 def write_results(out: Path, results: dict, refs: dict | None = None, extra_lines: list[str] | None = None) -> str:

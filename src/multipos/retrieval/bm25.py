@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from multipos.data.types import Corpus, Run
+
+if TYPE_CHECKING:
+    from multipos.data.beir import BeirDataset
 
 
 def import_bm25s():
@@ -66,3 +70,14 @@ class BM25:
             keep = scores[row] > 0  # bm25s pads with zero-score hits when fewer terms match
             run[qid] = {self.ids[int(i)]: float(s) for i, s in zip(np.asarray(idx[row])[keep], np.asarray(scores[row])[keep])}
         return run
+
+
+_BM25_CACHE: dict[str, Run] = {}
+
+
+def bm25_run(data: BeirDataset, k: int = 1000) -> Run:
+    """BM25 top-``k`` run over ``data``'s corpus (bm25s, Lucene BM25 k1=0.9 b=0.4), memoised per process."""
+    key = f"{data.name}|{len(data.corpus)}|{len(data.queries)}|{k}"
+    if key not in _BM25_CACHE:
+        _BM25_CACHE[key] = BM25(data.corpus).search(data.queries, k=k)
+    return _BM25_CACHE[key]

@@ -268,16 +268,3 @@ def dense_run(model, data: BeirDataset, k: int = 1000, batch_size: int = 64, bf1
     q_emb = encode(model, [data.queries[q] for q in qids], kind="query", batch_size=batch_size, bf16=bf16, progress=False,
                    device=device)
     return search(q_emb, p_emb, qids, pids, k=k, index_kind=index, **(index_options or {}))
-
-
-_BM25_CACHE: dict[str, Run] = {}
-
-
-def bm25_run(data: BeirDataset, k: int = 1000) -> Run:
-    """BM25 top-``k`` run over ``data``'s corpus (bm25s, Lucene BM25 k1=0.9 b=0.4), memoised per process."""
-    from multipos.retrieval.bm25 import BM25
-
-    key = f"{data.name}|{len(data.corpus)}|{len(data.queries)}|{k}"
-    if key not in _BM25_CACHE:
-        _BM25_CACHE[key] = BM25(data.corpus).search(data.queries, k=k)
-    return _BM25_CACHE[key]

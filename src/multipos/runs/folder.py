@@ -11,14 +11,14 @@ is resumed by training, left out by the report.
 
 It also reads JSON files with errors that name the file (:func:`read_json`; writes go through
 :func:`multipos.atomic.write_json`), guards a folder against a run of another configuration
-(:func:`prepare_run_dir`) and finds the checkpoint an interrupted stage resumes from (:func:`newest_checkpoint`).
+(:func:`prepare_run_dir`) and removes a finished run's resume checkpoints (:func:`remove_checkpoints`; the stage
+that writes them finds the newest, :func:`multipos.fit.newest_checkpoint`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import shutil
 from pathlib import Path
 
@@ -27,24 +27,30 @@ from multipos import atomic
 log = logging.getLogger(__name__)
 
 __all__ = ["RUN_INFO", "METRICS", "read_json", "read_run_info", "write_run_info", "keep_hydra_files",
-           "restore_hydra_files", "is_finished", "prepare_run_dir", "RESUME_FILENAME", "remove_checkpoints",
-           "newest_checkpoint"]
+           "restore_hydra_files", "is_finished", "prepare_run_dir", "remove_checkpoints"]
 
 RUN_INFO = "run_info.json"
 METRICS = "metrics.json"
 
 
-def read_json(path: str | Path, missing_ok: bool = False) -> object:
+def read_json(path: str | Path, missing_ok: bool = False, invalid_ok: bool = False) -> object:
     """``json.loads`` of a file. Raises ValueError naming the file for invalid JSON (e.g. an interrupted write by
     a tool other than :mod:`multipos.atomic`), FileNotFoundError naming it when absent unless ``missing_ok`` (then
-    None)."""
+    None). With ``invalid_ok`` an unreadable or invalid file is None too (for caches, such as the index of
+    :mod:`multipos.runs.reuse`)."""
     path = Path(path)
     if missing_ok and not path.is_file():
         return None
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as exc:
+        if invalid_ok:
+            return None
         raise ValueError(f"{path}: invalid JSON ({exc})") from None
+    except OSError:
+        if invalid_ok:
+            return None
+        raise
 
 
 def read_run_info(run_dir: str | Path) -> dict:
@@ -130,11 +136,6 @@ def prepare_run_dir(cfg, out: Path, digest: str, writer: bool = True) -> tuple[d
     return info, is_finished(out)
 
 
-#: File name of the resume checkpoints (Lightning ModelCheckpoint pattern): one kept per stage, the newest.
-RESUME_FILENAME = "resume-{epoch}-{step}"
-_STEP = re.compile(r"(?:^|-)step=(\d+)(?:-v\d+)?\.ckpt$")
-
-
 def remove_checkpoints(run_dir: str | Path) -> int:
     """Delete the Lightning checkpoint files (``*.ckpt``: weights, optimizer and schedule state, only needed to resume
     an interrupted run) under ``<run_dir>/checkpoints`` of a finished run → bytes freed. ``model/`` (the kept
@@ -149,24 +150,3 @@ def remove_checkpoints(run_dir: str | Path) -> int:
         freed += 0 if file.is_symlink() else file.stat().st_size
         file.unlink()
     return freed
-
-
-def newest_checkpoint(stage_dir: Path) -> Path | None:
-    """The checkpoint of ``stage_dir`` with the highest training step → the one a killed stage resumes from.
-
-    Every ``*.ckpt`` file whose name carries ``step=S`` counts (the resume checkpoint, step checkpoints and the
-    best-dev checkpoint all hold the full training state); ``last.ckpt`` is a link to one of them and is read
-    only when no file names a step (runs from before the resume checkpoints). At equal steps a resume checkpoint
-    wins. None when the folder holds no checkpoint.
-    """
-    if not stage_dir.is_dir():
-        return None
-    found = []
-    for f in stage_dir.glob("*.ckpt"):
-        m = _STEP.search(f.name)
-        if m and f.is_file() and not f.is_symlink():
-            found.append((int(m.group(1)), f.name.startswith("resume-"), f))
-    if found:
-        return max(found, key=lambda x: (x[0], x[1]))[2]
-    last = stage_dir / "last.ckpt"
-    return last if last.is_file() else None

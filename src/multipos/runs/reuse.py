@@ -34,35 +34,29 @@ def _index_file(key: str) -> Path:
     return cache_dir() / "runs" / f"{key}.json"
 
 
-def _read_json(path: Path) -> object:
-    """The index files and a source run's references: None when absent or unreadable (the index is a cache)."""
-    try:
-        return read_json(path, missing_ok=True)
-    except (OSError, ValueError):
-        return None
+def _listed(key: str) -> list[str]:
+    """The run folders the index lists under ``key`` (none when the index file is absent or unreadable: it is a
+    cache)."""
+    entries = read_json(_index_file(key), missing_ok=True, invalid_ok=True)
+    return [r for r in entries if isinstance(r, str)] if isinstance(entries, list) else []
 
 
 def register(key: str, run_dir: Path) -> None:
     """Record the finished ``run_dir`` under ``key`` in the index (entries whose run is gone are dropped); a run
     that is not finished with that key (:func:`multipos.runs.folder.is_finished`) is not recorded."""
-    if not is_finished(run_dir, key):
-        return
-    file = _index_file(key)
-    entries = _read_json(file)
-    entries = entries if isinstance(entries, list) else []
-    runs = [r for r in entries if isinstance(r, str) and is_finished(Path(r), key)]
     path = str(Path(run_dir).resolve())
-    if path not in runs:
-        atomic.write_json(file, [*runs, path])
+    listed = _listed(key)
+    runs = [r for r in dict.fromkeys([*listed, path]) if is_finished(Path(r), key)]
+    if path in runs and path not in listed:
+        atomic.write_json(_index_file(key), runs)
 
 
 def find_equivalent(key: str, run_dir: Path) -> Path | None:
     """A finished run other than ``run_dir`` with equivalence key ``key``, or None (an index entry is trusted
     only when the run it names still says so in its ``run_info.json``)."""
-    entries = _read_json(_index_file(key))
     here = Path(run_dir).resolve()
-    for entry in entries if isinstance(entries, list) else []:
-        candidate = Path(str(entry))
+    for entry in _listed(key):
+        candidate = Path(entry)
         if candidate.resolve() != here and is_finished(candidate, key) and (candidate / "model").is_dir():
             return candidate
     return None
