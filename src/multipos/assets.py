@@ -15,6 +15,8 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
+from multipos.errors import DataFormatError
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 #: Public sources of the assets used by the default configs.
@@ -80,8 +82,6 @@ def check_checkpoint_dir(path: str | Path) -> None:
     tokenizer there) and ``passage_encoder/``. Raises FileNotFoundError naming the folder, what is missing
     and the files present; DataFormatError when ``multipos_encoder.json`` is not valid JSON.
     """
-    from multipos.data.types import DataFormatError
-
     folder = Path(path)
     saved = folder / ENCODER_SETTINGS_FILE
     if saved.is_file():

@@ -75,3 +75,19 @@ def test_evaluation_reads_the_sets_and_retrieval_settings_once_from_the_config()
     assert ev.retrieval["k"] == cfg.eval.k and ev.retrieval["passage_max_length"] == cfg.eval.passage_max_length
     assert isinstance(ev.retrieval["index_options"], dict)
     assert ev.references == bool(cfg.eval.references) and ev.tag == cfg.run_name
+
+
+def test_format_plain_is_the_jobs_results_table():
+    from multipos.evaluation.runner import format_plain
+
+    results = {"nfcorpus_test": {"ndcg@10": 0.31234, "recall@100": 0.25}, "hybrid_annotation.gold": {"ndcg@10": 0.5}}
+    refs = {"bm25": {"nfcorpus_test": {"ndcg@10": 0.3, "recall@100": 0.2}},
+            "zero-shot": {"nfcorpus_test": {"ndcg@10": 0.29}}}
+    assert format_plain(results, refs).splitlines() == [
+        "system       nfcorpus_test:ndcg@10 nfcorpus_test:recall@100 hybrid_annotation.gold:ndcg@10",
+        "bm25                        0.3000                   0.2000                            nan",
+        "zero-shot                   0.2900                      nan                            nan",
+        "this run                    0.3123                   0.2500                         0.5000",
+    ]
+    # short names: columns are at least 14 wide; no references → only "this run"
+    assert format_plain({"a": {"m": 1.0}}, {}) == "system                 a:m\nthis run            1.0000"

@@ -178,21 +178,7 @@ def test_columns_errors(mixed):
     assert "msmarco_dev" not in render_table(runs, columns=[("nq_test", "acc@20"), (AVG, "ndcg@10")])
 
 
-# ---------------------------------------------------------------------------------------------- plain text, grid
-
-
-def test_format_plain_is_the_training_jobs_table():
-    results = {"nfcorpus_test": {"ndcg@10": 0.31234, "recall@100": 0.25}, "hybrid_annotation.gold": {"ndcg@10": 0.5}}
-    refs = {"bm25": {"nfcorpus_test": {"ndcg@10": 0.3, "recall@100": 0.2}},
-            "zero-shot": {"nfcorpus_test": {"ndcg@10": 0.29}}}
-    assert report.format_plain(results, refs).splitlines() == [
-        "system       nfcorpus_test:ndcg@10 nfcorpus_test:recall@100 hybrid_annotation.gold:ndcg@10",
-        "bm25                        0.3000                   0.2000                            nan",
-        "zero-shot                   0.2900                      nan                            nan",
-        "this run                    0.3123                   0.2500                         0.5000",
-    ]
-    # short names: columns are at least 14 wide; no references → only "this run"
-    assert report.format_plain({"a": {"m": 1.0}}, {}) == "system                 a:m\nthis run            1.0000"
+# ---------------------------------------------------------------------------------------------- grid
 
 
 def test_render_grid():

@@ -11,16 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from multipos.errors import DataFormatError
+
 __all__ = ["Qrels", "Run", "DataFormatError", "Passage", "Corpus", "iter_lines", "iter_jsonl", "get_field"]
 
 Qrels = dict[str, dict[str, int]]  # query id → {passage id → grade}
 
 
 Run = dict[str, dict[str, float]]  # query id → {passage id → score}
-
-
-class DataFormatError(ValueError):
-    """Malformed input file; the message names the file, line and field."""
 
 
 @dataclass

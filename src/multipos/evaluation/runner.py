@@ -123,8 +123,6 @@ class Evaluation:
 def write_results(out: Path, results: dict, refs: dict | None = None, extra_lines: list[str] | None = None) -> str:
     """The one results writer: ``metrics.json``, ``references.json`` (when ``refs``) and ``results.txt`` (the
     comparison table, plus ``extra_lines``), all atomic. Returns the table text (also printed by the jobs)."""
-    from multipos.report import format_plain
-
     atomic.write_json(out / "metrics.json", results)
     if refs:
         atomic.write_json(out / "references.json", refs)
@@ -132,3 +130,20 @@ def write_results(out: Path, results: dict, refs: dict | None = None, extra_line
     text = table + ("\n\n" + "\n".join(extra_lines) if extra_lines else "")
     atomic.write_text(out / "results.txt", text + "\n")
     return text
+
+
+def format_plain(results: dict, refs: dict) -> str:
+    """The jobs' plain-text comparison table (``results.txt``): one row per system, the rows of ``refs``
+    in order (BM25, zero-shot) then ``this run`` (``results``); one column per result/metric of
+    ``results`` in order, values with 4 decimals (``nan`` where a system lacks one).
+
+    ``results``: ``{result name: {metric: value}}``; ``refs``: ``{system: {result name: {metric: value}}}``.
+    """
+    cols = [(s, m) for s, ms in results.items() for m in ms]
+    head = "system".ljust(12) + "".join(f"{s}:{m}".rjust(max(14, len(s) + len(m) + 2)) for s, m in cols)
+    lines = [head]
+    rows = [*((name, r) for name, r in refs.items()), ("this run", results)]
+    for name, res in rows:
+        cells = "".join(f"{res.get(s, {}).get(m, float('nan')):.4f}".rjust(max(14, len(s) + len(m) + 2)) for s, m in cols)
+        lines.append(name.ljust(12) + cells)
+    return "\n".join(lines)

@@ -12,8 +12,8 @@ Modules (one concept each; everything public is re-exported here):
 * :mod:`~multipos.report.runs` — :class:`RunResult`, :func:`load_run`, :func:`collect`, config reading;
 * :mod:`~multipos.report.seeds` — :class:`SeedGroup`, :func:`group_seeds` (seed aggregation);
 * :mod:`~multipos.report.significance` — :func:`paired_ttest`, :func:`markers`, :func:`resolve_baseline`;
-* :mod:`~multipos.report.tables` — :func:`render_table` (Markdown / LaTeX), :func:`format_plain` (the
-  training job's ``results.txt`` table), :func:`render_grid`, labels;
+* :mod:`~multipos.report.tables` — :func:`render_table` (Markdown / LaTeX), :func:`render_grid`, labels (a job's
+  ``results.txt`` table is :func:`multipos.evaluation.runner.format_plain`);
 * :mod:`~multipos.report.plots` — the positive–negative ratio ablation figure;
 * :mod:`~multipos.report.cli` — ``python -m multipos.report`` (:func:`main`);
 * :mod:`~multipos.report.render` — ``python -m multipos.report.render <sweep dir>``: a study's table files
@@ -78,13 +78,13 @@ from multipos.report.runs import (CONFIG_KEYS, KEY_ALIASES, SHORT_NAMES, RunResu
 from multipos.report.seeds import SEED_FREE_KEYS, SeedGroup, config_difference, group_seeds
 from multipos.report.significance import (DEFAULT_BASELINES, FORMATS, MARKER_SYMBOLS, MATCH_KEYS, Row, marker_symbols,
                                           markers, paired_ttest, resolve_baseline)
-from multipos.report.tables import (METRIC_NAMES, REFERENCE_ROWS, RowKey, format_plain, latex_escape, metric_label,
+from multipos.report.tables import (METRIC_NAMES, REFERENCE_ROWS, RowKey, latex_escape, metric_label,
                                     parse_column, render_grid, render_table, row_label, table_columns)
 
 __all__ = [
     "AVERAGE_KEYS", "CONFIG_KEYS", "DEFAULT_BASELINES", "DEFAULT_METRICS", "FORMATS", "KEY_ALIASES", "MARKER_SYMBOLS",
     "MATCH_KEYS", "METRIC_NAMES", "PLOT_METRICS", "REFERENCE_ROWS", "SEED_FREE_KEYS", "SHORT_NAMES", "Row", "RowKey",
-    "RunResult", "SeedGroup", "collect", "config_difference", "config_node", "format_plain", "group_seeds",
+    "RunResult", "SeedGroup", "collect", "config_difference", "config_node", "group_seeds",
     "latex_escape", "load_run", "main", "marker_symbols", "markers", "metric_label", "override_map", "paired_ttest",
     "parse_column", "plot_ratio_ablation", "ratio_ablation_figure", "ratio_ablation_points", "render_grid",
     "render_sweep", "render_table", "resolve_baseline", "row_label", "table_columns",

@@ -1,5 +1,5 @@
-"""Tables: the paper-style table of runs (:func:`render_table`, Markdown / LaTeX), the training job's
-plain-text table (:func:`format_plain`) and a generic grid (:func:`render_grid`), plus their labels."""
+"""Tables: the paper-style table of runs (:func:`render_table`, Markdown / LaTeX) and a generic grid
+(:func:`render_grid`), plus their labels."""
 
 from __future__ import annotations
 
@@ -331,21 +331,4 @@ def render_grid(header: Sequence[str], rows: Sequence[Sequence[str]], fmt: str =
               r"\midrule"]
     lines += [" & ".join(latex_escape(str(c)) for c in r) + r" \\" for r in rows]
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
-    return "\n".join(lines)
-
-
-def format_plain(results: dict, refs: dict) -> str:
-    """The training job's plain-text table (``results.txt``): one row per system, the rows of ``refs``
-    in order (BM25, zero-shot) then ``this run`` (``results``); one column per result/metric of
-    ``results`` in order, values with 4 decimals (``nan`` where a system lacks one).
-
-    ``results``: ``{result name: {metric: value}}``; ``refs``: ``{system: {result name: {metric: value}}}``.
-    """
-    cols = [(s, m) for s, ms in results.items() for m in ms]
-    head = "system".ljust(12) + "".join(f"{s}:{m}".rjust(max(14, len(s) + len(m) + 2)) for s, m in cols)
-    lines = [head]
-    rows = [*((name, r) for name, r in refs.items()), ("this run", results)]
-    for name, res in rows:
-        cells = "".join(f"{res.get(s, {}).get(m, float('nan')):.4f}".rjust(max(14, len(s) + len(m) + 2)) for s, m in cols)
-        lines.append(name.ljust(12) + cells)
     return "\n".join(lines)
