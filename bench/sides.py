@@ -36,7 +36,7 @@ class MemorySource:
 
     def load(self):
         from multipos.data.groups import TrainQuery
-        from multipos.data.types import Corpus, Passage
+        from multipos.types import Corpus, Passage
 
         corpus = Corpus({p: Passage(p, "", t) for p, t in self.data.passages.items()})
         rng, ids = random.Random(self.seed), list(self.data.passages)

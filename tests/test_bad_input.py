@@ -21,7 +21,7 @@ from multipos.data.groups import GroupBuilder, TrainQuery
 from multipos.data.beir import load_beir, read_corpus, read_queries
 from multipos.data.tevatron import parse_tevatron, read_tevatron
 from multipos.data.trec import read_qrels, read_run
-from multipos.data.types import DataFormatError
+from multipos.types import DataFormatError
 from multipos.data.sources import BeirGradedSource, TevatronSource
 from tests.helpers import compose_cfg, tiny_overrides
 

@@ -5,7 +5,8 @@ Modules and subpackages, by concept:
 * the science: ``losses`` (objectives, one function per paper equation), ``stages`` (training-stage plans:
   regimes, curriculum), ``diagnostics`` (Sec. 3.3 gradient diagnostics);
 * ``config_mapping`` (settings dataclasses from config mappings), ``tokenization`` (the EOS rule, tokenizer checks), ``lora`` (LoRA adapters), ``st_format`` (the sentence-transformers folder format), ``hardware`` (native bf16, workers), ``config_resolvers`` (the configs' resolvers);
-* ``data/``: ``types``, ``beir``, ``trec``, ``tevatron``, ``dpr`` (file formats and their data types), ``negative_filter`` (positive-aware hard-negative filtering), ``sources`` (training data, BM25 / teacher ordering), ``dense_negatives``
+* ``types`` (the data model: passages, corpora, qrels, runs, a loaded dataset; below every layer);
+* ``data/``: ``beir``, ``trec``, ``tevatron``, ``dpr`` (file formats), ``negative_filter`` (positive-aware hard-negative filtering), ``sources`` (training data, BM25 / teacher ordering), ``dense_negatives``
   (dense hard-negative mining and ANCE-style refresh), ``groups`` (group construction and masks), ``budget``
   (annotation budget), ``datamodule`` (LightningDataModule); ``assets`` (data and checkpoint locations);
 * query-side fine-tuning: ``passage_index`` (the frozen passage index, looked up by corpus row),
@@ -15,10 +16,11 @@ Modules and subpackages, by concept:
   (cross-device negatives under DDP), ``grad_cache`` (GradCache), ``callbacks`` (retrieval validation, resume
   checkpoints, RNG states), ``loggers`` (W&B that never blocks);
 * ``retrieval/``: ``encoding`` (encoding and the embedding cache), ``dense`` (FAISS runs), ``bm25`` (lexical runs),
-  ``topk`` (exact top-k merge), ``shards`` / ``shard_job`` (sharded corpus encoding and search);
+  ``topk`` (exact top-k merge), ``shards`` (sharded corpus encoding and search);
 * ``evaluation/``: ``sets`` (evaluation sets), ``metrics`` (ranx metrics), ``qa`` (answer matching and top-k answer accuracy),
   ``runner`` (evaluation shared by both jobs);
-* jobs and outputs: ``train`` / ``evaluate`` (the jobs behind ``train.py`` / ``evaluate.py``), ``fit`` (one training
+* jobs and outputs: ``train`` / ``evaluate`` (the jobs behind ``train.py`` / ``evaluate.py``), ``shard_job``
+  (``python -m multipos.shard_job``: sharded encoding and exact search of a corpus), ``fit`` (one training
   stage), ``atomic`` (atomic writes), ``report/`` (tables, significance, plots, the main job's summary);
 * ``runs/``: the run folder's one owner — ``folder`` (``run_info.json``, the one "finished" rule, resume
   checkpoints), ``keys`` (config hash, equivalence key), ``reuse`` (copying a finished run that trained the same

@@ -15,7 +15,7 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
-from multipos.errors import DataFormatError
+from multipos.types import DataFormatError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

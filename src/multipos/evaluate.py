@@ -11,10 +11,9 @@ from omegaconf import DictConfig
 
 from multipos.assets import cache_dir
 from multipos.evaluation.sets import EvalSet
-from multipos.evaluation.metrics import add_average
 from multipos.data.trec import read_run
 from multipos.weight_interpolation import interpolate_toward_start
-from multipos.evaluation.runner import Evaluation, score_set, write_results
+from multipos.evaluation.runner import Evaluation, add_average, score_set, write_results
 
 log = logging.getLogger(__name__)
 

@@ -131,7 +131,7 @@ def for_training(passages, model, corpus, cache: Path | None) -> FrozenPassageIn
     """The frozen passage index of a training run, or None for two-tower training (``passages.frozen`` false).
 
     Freezes ``model``'s passage encoder (:meth:`multipos.model.DualEncoder.freeze_passage_encoder`) and encodes
-    ``corpus`` (a :class:`multipos.data.types.Corpus`) with ``passages.index`` through the embedding cache ``cache``.
+    ``corpus`` (a :class:`multipos.types.Corpus`) with ``passages.index`` through the embedding cache ``cache``.
     """
     check_settings(passages)
     if not passages or not passages.get("frozen"):

@@ -13,10 +13,11 @@ import pytest
 from hydra.utils import instantiate
 
 from multipos.evaluation.sets import EvalSet, beir_sets
-from multipos.evaluation.metrics import add_average, evaluate_run
+from multipos.evaluation.metrics import evaluate_run
+from multipos.evaluation.runner import add_average
 from multipos.data.beir import load_beir
 from multipos.data.trec import read_qrels, read_run
-from multipos.data.types import DataFormatError
+from multipos.types import DataFormatError
 from tests.helpers import CONF, compose_cfg
 
 #: the eval files, and one eval choice per benchmark file (multipos.config_resolvers.register_eval_sets)

@@ -19,7 +19,7 @@ import regex
 from multipos.evaluation import qa as qa_mod
 from multipos.data.dpr import QAPair, iter_dpr_passages, read_dpr_passages, read_dpr_qa
 from multipos.evaluation.qa import (answer_accuracy, has_answer, match_tokens, run_passage_ids, simple_tokenize, top_passages)
-from multipos.data.types import Corpus, DataFormatError, Passage
+from multipos.types import Corpus, DataFormatError, Passage
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "dpr"
 PSGS = FIX / "psgs_w100.tsv"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from multipos.data.types import Corpus, Passage
+from multipos.types import Corpus, Passage
 from multipos.retrieval.bm25 import BM25
 
 
@@ -38,7 +38,7 @@ def test_bm25s_is_imported_with_jax_kept_on_the_cpu(tmp_path):
         "json.dump({'JAX_PLATFORMS': os.environ.get('JAX_PLATFORMS')}, open(os.environ['SEEN_AT'], 'w'))\n")
     (fake / "lax.py").write_text("def top_k(x, k):\n    return x[:k], list(range(k))\n")
     script = ("from multipos.retrieval.bm25 import BM25\n"
-              "from multipos.data.types import Corpus, Passage\n"
+              "from multipos.types import Corpus, Passage\n"
               "BM25(Corpus({'a': Passage('a', '', 'statin heart')}), progress=False)\n")
     env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
     for preset, expected in ((None, "cpu"), ("cuda", "cuda")):

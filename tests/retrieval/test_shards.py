@@ -218,7 +218,7 @@ def test_shard_job_writes_the_dense_run_and_reuses_its_shards(tiny_bert, tiny_be
     from multipos.retrieval.dense import dense_run
     from multipos.model import DualEncoder
     from multipos.data.trec import read_run
-    from multipos.retrieval.shard_job import main
+    from multipos.shard_job import main
 
     args = ["--model", str(tiny_bert), "--data", str(tiny_beir), "--split", "test", "--out", str(tmp_path),
             "--num-shards", "3", "--k", "10", "--batch-size", "1", "--no-bf16"]
@@ -231,7 +231,7 @@ def test_shard_job_writes_the_dense_run_and_reuses_its_shards(tiny_bert, tiny_be
         assert list(run[q]) == list(expected[q])
         assert np.allclose(list(run[q].values()), list(expected[q].values()), rtol=1e-5)
     stamp = (tmp_path / "shard-00000.npy").stat().st_mtime_ns
-    with caplog.at_level(logging.INFO, logger="multipos.retrieval.shard_job"):
+    with caplog.at_level(logging.INFO, logger="multipos.shard_job"):
         main(args)
     assert "reusing the shards" in caplog.text
     assert (tmp_path / "shard-00000.npy").stat().st_mtime_ns == stamp

@@ -3,7 +3,9 @@ sources (NFCorpus graded qrels with BM25 negatives and teacher ordering, Tevatro
 ANCE-style refresh, group construction (regimes, first-M / random-M, masks), the annotation budget, and the Lightning
 DataModule that joins them.
 
-* :mod:`~multipos.data.types` — ``Passage``, ``Corpus``, ``Qrels``, ``Run``, ``DataFormatError``, the line readers;
+(the data model they read into — ``Passage``, ``Corpus``, ``Qrels``, ``Run``, ``BeirDataset``, ``DataFormatError``, the
+line readers — is :mod:`multipos.types`, below every layer)
+
 * :mod:`~multipos.data.beir` — BEIR folders (corpus, queries, qrels files, the checks that tie them);
 * :mod:`~multipos.data.trec` — qrels (TREC and BEIR TSV) and TREC runs;
 * :mod:`~multipos.data.tevatron` — Tevatron training JSONL / HF datasets (the paper's data schema);

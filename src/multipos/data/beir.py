@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
 from multipos.data.trec import read_qrels
-from multipos.data.types import Corpus, DataFormatError, Passage, Qrels, get_field, iter_jsonl
+from multipos.types import BeirDataset, Corpus, DataFormatError, Passage, Qrels, get_field, iter_jsonl
 
 __all__ = ["read_corpus", "read_queries", "check_query_texts", "check_qrels_ids", "BeirDataset", "read_qrels_files",
            "load_beir"]
@@ -81,16 +80,6 @@ def check_qrels_ids(qrels: Qrels, queries: dict[str, str], corpus: Corpus, sourc
     bad_p = sorted({p for docs in qrels.values() for p in docs if p not in corpus})
     if bad_p:
         raise DataFormatError(f"{source}: {len(bad_p)} passage ids not in corpus.jsonl, e.g. {bad_p[:5]}")
-
-
-@dataclass
-class BeirDataset:
-    """A BEIR folder loaded for one split (qrels restricted to that split)."""
-
-    corpus: Corpus
-    queries: dict[str, str]
-    qrels: Qrels
-    name: str = ""
 
 
 def read_qrels_files(folder: str | os.PathLike, files: list[str], split: str = "test") -> Qrels:

@@ -30,7 +30,7 @@ import numpy as np
 
 from multipos import atomic
 from multipos.assets import cache_dir
-from multipos.data.types import Corpus
+from multipos.types import Corpus
 from multipos.data.groups import unjudged_negatives
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from multipos.data.types import Corpus, DataFormatError, Passage, iter_jsonl
+from multipos.types import Corpus, DataFormatError, Passage, iter_jsonl
 
 __all__ = ["DPR_PASSAGES_HEADER", "QAPair", "iter_dpr_passages", "read_dpr_passages", "read_dpr_qa"]
 
@@ -113,7 +113,7 @@ def iter_dpr_passages(path: str | os.PathLike) -> Iterator[tuple[int, Passage]]:
 
 
 def read_dpr_passages(path: str | os.PathLike, ids: Collection[str] | None = None) -> Corpus:
-    """Read DPR's Wikipedia passages (``psgs_w100.tsv``) into a :class:`multipos.data.types.Corpus`.
+    """Read DPR's Wikipedia passages (``psgs_w100.tsv``) into a :class:`multipos.types.Corpus`.
 
     The file is streamed (format: see :func:`iter_dpr_passages`); each line becomes
     ``Passage(id, title, text)`` with the id kept as a string ("1" … "21015324"), in file order.

@@ -32,7 +32,7 @@ from multipos.data.negative_filter import NegativeFilter
 from multipos.data.beir import check_qrels_ids, check_query_texts, read_corpus, read_queries
 from multipos.data.tevatron import load_tevatron_hf, read_tevatron
 from multipos.data.trec import read_qrels
-from multipos.data.types import Corpus, DataFormatError
+from multipos.types import Corpus, DataFormatError
 
 log = logging.getLogger(__name__)
 ORDERINGS = ("given", "teacher")

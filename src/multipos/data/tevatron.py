@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from multipos.data.types import DataFormatError, Passage, get_field, iter_jsonl
+from multipos.types import DataFormatError, Passage, get_field, iter_jsonl
 
 __all__ = ["TevatronExample", "parse_tevatron", "read_tevatron", "load_tevatron_hf"]
 

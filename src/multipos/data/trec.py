@@ -8,7 +8,7 @@ import logging
 import os
 from pathlib import Path
 
-from multipos.data.types import DataFormatError, Qrels, Run, iter_lines
+from multipos.types import DataFormatError, Qrels, Run, iter_lines
 
 __all__ = ["read_qrels", "read_run", "write_run"]
 

@@ -3,8 +3,8 @@ accuracy), and the runner both jobs share (dense retrieval + metrics per set, BM
 results writer). The job itself is :mod:`multipos.evaluate`; search is :mod:`multipos.retrieval`.
 
 * :mod:`~multipos.evaluation.sets` — ``EvalSet`` / ``QAEvalSet`` (load, clean a run, score it);
-* :mod:`~multipos.evaluation.metrics` — ``evaluate_run`` (ranx), averages over sets;
+* :mod:`~multipos.evaluation.metrics` — ``evaluate_run`` (ranx);
 * :mod:`~multipos.evaluation.qa` — DPR passages and QA files, answer matching, top-k accuracy;
 * :mod:`~multipos.evaluation.runner` — ``Evaluation`` (the sets and retrieval settings, read once from the config;
-  ``evaluate``, ``reference_rows``), ``score_set``, ``write_results``.
+  ``evaluate``, ``reference_rows``), ``score_set``, ``add_average`` (the average row over sets), ``write_results``.
 """

@@ -1,4 +1,4 @@
-"""Retrieval metrics with ranx: nDCG@10, MRR@10, Recall@100, Recall@1000, Acc@k, and the average row.
+"""Retrieval metrics with ranx: nDCG@10, MRR@10, Recall@100, Recall@1000, Acc@k.
 
 Graded metrics (nDCG) use the qrels grades as gains (trec_eval's linear gain, as BEIR reports);
 binary metrics (MRR, Recall) count a passage relevant when its grade ≥ the set's
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 
-from multipos.data.types import Qrels, Run
+from multipos.types import Qrels, Run
 
 log = logging.getLogger(__name__)
 
@@ -72,14 +72,3 @@ def evaluate_run(qrels: Qrels, run: Run, metrics=DEFAULT_METRICS, relevance_thre
                 per_q[m] = {qid: float(v) for qid, v in rr.scores[rn].items()}
     ordered = {m: results[m] for m in metrics}
     return (ordered, per_q) if per_query else ordered
-
-
-def add_average(results: dict[str, dict[str, float]], name: str, sets: list[str] | None = None) -> dict:
-    """Add ``results[name]`` = unweighted mean over ``sets`` (default: all) of each metric every set has
-    (the BEIR average row). Returns ``results``; needs at least two sets, else leaves it unchanged."""
-    sets = [s for s in (sets or list(results)) if s in results and s != name]
-    if len(sets) < 2:
-        return results
-    common = [m for m in results[sets[0]] if all(m in results[s] for s in sets)]
-    results[name] = {m: sum(results[s][m] for s in sets) / len(sets) for m in common}
-    return results

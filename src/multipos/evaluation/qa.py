@@ -47,7 +47,7 @@ from typing import Literal
 import regex
 
 from multipos.data.dpr import QAPair
-from multipos.data.types import Corpus, Run
+from multipos.types import Corpus, Run
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +209,7 @@ def answer_accuracy(run: Run, qa: dict[str, QAPair], corpus: Corpus, ks: Iterabl
     questions of ``qa``.
 
     Args:
-        run: {query id → {passage id → score}} (:data:`multipos.data.types.Run`); higher is better.
+        run: {query id → {passage id → score}} (:data:`multipos.types.Run`); higher is better.
             Depth beyond ``max(ks)`` is ignored.
         qa: {query id → QAPair} from :func:`read_dpr_qa`; defines the question set.
         corpus: passages by id (:func:`read_dpr_passages`); must hold every passage in the top

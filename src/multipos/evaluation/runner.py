@@ -26,7 +26,6 @@ from omegaconf import DictConfig, OmegaConf
 from multipos import atomic
 from multipos.assets import cache_dir
 from multipos.evaluation.sets import EvalSet
-from multipos.evaluation.metrics import add_average
 from multipos.retrieval.bm25 import bm25_run
 from multipos.retrieval.dense import dense_run
 from multipos.data.trec import write_run
@@ -50,6 +49,17 @@ def score_set(es: EvalSet, run, data, out: Path | None, tag: str) -> dict:
     return results
 
 
+def add_average(results: dict[str, dict[str, float]], name: str, sets: list[str] | None = None) -> dict:
+    """Add ``results[name]`` = unweighted mean over ``sets`` (default: all) of each metric every set has
+    (the BEIR average row). Returns ``results``; needs at least two sets, else leaves it unchanged."""
+    sets = [s for s in (sets or list(results)) if s in results and s != name]
+    if len(sets) < 2:
+        return results
+    common = [m for m in results[sets[0]] if all(m in results[s] for s in sets)]
+    results[name] = {m: sum(results[s][m] for s in sets) / len(sets) for m in common}
+    return results
+
+
 @dataclass
 class Evaluation:
     """What a job evaluates and how, read once from the config (:meth:`from_config`); both jobs and the
@@ -58,7 +68,7 @@ class Evaluation:
     ``validation``: the dev set (or None); ``test_sets``: the sets scored at the end; ``retrieval``: keyword
     arguments of :func:`multipos.retrieval.dense.dense_run` (``k`` in passages, encoding batch size, bf16, passage
     length in tokens, FAISS index and options); ``average``: the name of the row averaging the sets'
-    metrics (:func:`multipos.evaluation.metrics.add_average`), or None; ``references``: whether the floor rows
+    metrics (:func:`add_average`), or None; ``references``: whether the floor rows
     (BM25, zero-shot) are computed; ``tag``: the run tag in written TREC runs.
     """
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, replace
 
 from multipos.assets import resolve_dataset
 from multipos.evaluation.metrics import DEFAULT_METRICS, evaluate_run
-from multipos.data.beir import BeirDataset, check_qrels_ids, load_beir, read_qrels_files
-from multipos.data.types import Qrels, Run
+from multipos.data.beir import check_qrels_ids, load_beir, read_qrels_files
+from multipos.types import BeirDataset, Qrels, Run
 
 log = logging.getLogger(__name__)
 

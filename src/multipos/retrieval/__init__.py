@@ -5,6 +5,5 @@ the exact top-k merge across index shards, and sharded corpus encoding on disk (
 * :mod:`~multipos.retrieval.dense` — ``dense_run``, ``build_index`` (flat / HNSW / IVF);
 * :mod:`~multipos.retrieval.bm25` — ``bm25_run``;
 * :mod:`~multipos.retrieval.topk` — ``merge_topk``;
-* :mod:`~multipos.retrieval.shards` / :mod:`~multipos.retrieval.shard_job` — on-disk corpus shards
-  (``python -m multipos.retrieval.shard_job``).
+* :mod:`~multipos.retrieval.shards` — on-disk corpus shards (the job that runs them: ``python -m multipos.shard_job``).
 """

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from multipos.data.types import Corpus, Run
-
-if TYPE_CHECKING:
-    from multipos.data.beir import BeirDataset
+from multipos.types import BeirDataset, Corpus, Run
 
 
 def import_bm25s():

@@ -17,9 +17,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from multipos.data.beir import BeirDataset
-from multipos.data.types import Run
 from multipos.retrieval.topk import merge_topk
+from multipos.types import BeirDataset, Run
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from multipos import atomic
-from multipos.data.types import Run
+from multipos.types import Run
 from multipos.retrieval.dense import index_topk
 from multipos.retrieval.topk import merge_topk
 

@@ -1,9 +1,9 @@
-"""``python -m multipos.retrieval.shard_job``: encode a BEIR corpus into memory-mapped shards with N processes and search
+"""``python -m multipos.shard_job``: encode a BEIR corpus into memory-mapped shards with N processes and search
 them exactly, writing one TREC run (the job behind :mod:`multipos.retrieval.shards`).
 
 Run it under ``torchrun`` for several processes (one per GPU with nccl, or CPU processes with gloo)::
 
-    torchrun --nproc_per_node=8 -m multipos.retrieval.shard_job --model outputs/<run>/model --data msmarco \\
+    torchrun --nproc_per_node=8 -m multipos.shard_job --model outputs/<run>/model --data msmarco \\
         --split dev --out shards/msmarco --num-shards 8 --k 1000
     python evaluate.py eval=msmarco_dev run_file=shards/msmarco/run.dev.trec
 
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> Path | None:
     from multipos.retrieval.encoding import encode, native_bf16
     from multipos.retrieval.shards import DTYPES, ShardedEmbeddings, distributed_search, encode_shards
 
-    ap = argparse.ArgumentParser(prog="python -m multipos.retrieval.shard_job", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m multipos.shard_job", description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="checkpoint folder, asset name or hub id (DualEncoder)")
     ap.add_argument("--data", required=True, help="BEIR folder or dataset name")
     ap.add_argument("--split", default="test", help="qrels split whose queries are searched")

@@ -1,4 +1,6 @@
-"""Data types shared by every reader (passages, corpora, qrels, runs) and the line readers they are built on.
+"""The data model shared by the readers (:mod:`multipos.data`), retrieval and evaluation: passages, corpora, qrels,
+runs and a loaded BEIR-style dataset, plus the line readers the readers are built on. It imports nothing else of
+multipos, so every layer can use it.
 
 Every error names the file and line (1-based) or the field at fault (:class:`DataFormatError`).
 """
@@ -11,14 +13,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from multipos.errors import DataFormatError
-
-__all__ = ["Qrels", "Run", "DataFormatError", "Passage", "Corpus", "iter_lines", "iter_jsonl", "get_field"]
+__all__ = ["Qrels", "Run", "DataFormatError", "Passage", "Corpus", "BeirDataset", "iter_lines", "iter_jsonl",
+           "get_field"]
 
 Qrels = dict[str, dict[str, int]]  # query id → {passage id → grade}
 
 
 Run = dict[str, dict[str, float]]  # query id → {passage id → score}
+
+
+class DataFormatError(ValueError):
+    """Malformed input file; the message names the file, line and field."""
 
 
 @dataclass
@@ -55,6 +60,17 @@ class Corpus:
 
     def texts(self, ids: Iterable[str] | None = None) -> list[str]:
         return [self.passages[i].full_text() for i in (self.ids if ids is None else ids)]
+
+
+@dataclass
+class BeirDataset:
+    """A BEIR folder loaded for one split (qrels restricted to that split): what retrieval and evaluation run on
+    (read by :func:`multipos.data.beir.load_beir`)."""
+
+    corpus: Corpus
+    queries: dict[str, str]
+    qrels: Qrels
+    name: str = ""
 
 
 def iter_lines(path: str | os.PathLike, what: str = "file") -> Iterator[tuple[int, str]]:
