@@ -13,7 +13,7 @@ from multipos.assets import cache_dir
 from multipos.evaluation.sets import EvalSet
 from multipos.data.trec import read_run
 from multipos.weight_interpolation import interpolate_toward_start
-from multipos.evaluation.runner import Evaluation, add_average, score_set, write_results
+from multipos.evaluation.runner import Evaluation, score_set
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +34,6 @@ def evaluate(cfg: DictConfig) -> dict:
         raise ValueError("no eval set selected: use eval=<set> (e.g. eval=nfcorpus_test) or eval=[<set>,<set>]")
     if cfg.get("run_file"):
         results = score_run_file(cfg.run_file, sets, out)
-        if evaluation.average:
-            add_average(results, evaluation.average, [es.name for es in sets])
     else:
         results = evaluation.evaluate(load_model(cfg), out, cache_dir(), sets)
     refs = {}
@@ -43,7 +41,7 @@ def evaluate(cfg: DictConfig) -> dict:
         zs = cfg.get("zero_shot_model")
         zero_shot = instantiate(cfg.model, name_or_path=zs) if zs and not cfg.get("run_file") else None
         refs = evaluation.reference_rows(zero_shot, sets=sets)
-    table = write_results(out, results, refs)
+    table = evaluation.write(out, results, refs, sets=sets)
     print("\n" + table + "\n")
     print(f"run directory: {out}")
     return results

@@ -39,7 +39,7 @@ from multipos import atomic
 from multipos.assets import cache_dir
 from multipos.distributed import check_launch, device_description, is_rank_zero, trainer_world_size
 from multipos.runs.lifecycle import close_run, open_run
-from multipos.evaluation.runner import Evaluation, write_results
+from multipos.evaluation.runner import Evaluation
 from multipos.fit import run_stage
 from multipos.loggers import log_final_metrics
 from multipos.passage_index import check_settings as check_passages
@@ -137,7 +137,7 @@ def train(cfg: DictConfig) -> dict | None:
     resumed_from = [r["resumed_from"] for r in records if r.get("resumed_from")]
     info.update(stage_records=records, wall_s=round(info["wall_s"] + time.time() - start, 1),
                 resumed=bool(resumed_from), resumed_from=resumed_from)
-    text = write_results(out, results, refs, extra_lines=[f"wall time {info['wall_s']:.0f} s on {info['device']}"])
+    text = evaluation.write(out, results, refs, extra_lines=[f"wall time {info['wall_s']:.0f} s on {info['device']}"])
     close_run(out, info, keep_checkpoints=OmegaConf.select(cfg, "size.keep_checkpoints", default=True))
     log_final_metrics(results)  # W&B: test/<set>/<metric>, then the run is closed
     print("\n" + text + "\n")

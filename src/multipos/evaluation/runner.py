@@ -98,23 +98,22 @@ class Evaluation:
 
     def evaluate(self, model, out: Path | None, cache: Path | None, sets: list[EvalSet] | None = None) -> dict:
         """Dense retrieval with ``model`` + metrics on each of ``sets`` (default :attr:`sets`; :func:`score_set`)
-        → {result name: {metric: value}}, plus the :attr:`average` row. Writes runs and per-query values into
-        ``out`` if given."""
+        → {result name: {metric: value}} (the :attr:`average` row is added when the results are written,
+        :meth:`write`). Writes runs and per-query values into ``out`` if given."""
         sets = self.sets if sets is None else sets
         results = {}
         for es in sets:
             data = es.load()
             run = es.clean(dense_run(model, data, cache=cache, **self.retrieval))
             results.update(score_set(es, run, data, out, tag=self.tag))
-        return add_average(results, self.average, [es.name for es in sets]) if self.average else results
+        return results
 
     def reference_rows(self, zero_shot_model=None, out: Path | None = None,
                        sets: list[EvalSet] | None = None) -> dict:
         """Floor rows on ``sets`` (default :attr:`sets`): ``bm25`` and, when ``zero_shot_model`` (an
         un-fine-tuned encoder, e.g. the starting checkpoint) is given, ``zero-shot``. Embeddings are cached across
         runs. With ``out``, each row's runs and per-query values go to ``out/<row>/`` (:func:`score_set`, for paired
-        tests against the floor rows). Returns {row: {result name: {metric: value}}}, each with the
-        :attr:`average` row."""
+        tests against the floor rows). Returns {row: {result name: {metric: value}}} (average rows: :meth:`write`)."""
         sets = self.sets if sets is None else sets
         zero_shot = None
         if zero_shot_model is not None:
@@ -124,10 +123,21 @@ class Evaluation:
             data = es.load()
             bm25.update(score_set(es, es.clean(bm25_run(data, self.retrieval["k"])), data,
                                   out / "bm25" if out is not None else None, tag="bm25"))
-        refs = {"bm25": add_average(bm25, self.average, [es.name for es in sets]) if self.average else bm25}
+        refs = {"bm25": bm25}
         if zero_shot is not None:
             refs["zero-shot"] = zero_shot
         return refs
+
+    def write(self, out: Path, results: dict, refs: dict | None = None, extra_lines: list[str] | None = None,
+              sets: list[EvalSet] | None = None) -> str:
+        """Write a job's results (:func:`write_results`) after adding the :attr:`average` row over ``sets``
+        (default :attr:`sets`) to ``results`` and to every row of ``refs``, in place (:func:`add_average`). Returns
+        the table text."""
+        if self.average:
+            names = [es.name for es in (self.sets if sets is None else sets)]
+            for rows in [results, *(refs or {}).values()]:
+                add_average(rows, self.average, names)
+        return write_results(out, results, refs, extra_lines)
 
 
 def write_results(out: Path, results: dict, refs: dict | None = None, extra_lines: list[str] | None = None) -> str:
