@@ -124,4 +124,4 @@ def test_lora_with_weight_interpolation_is_refused(tiny_bert):
 
     model = DualEncoder(str(tiny_bert), lora=LORA)
     with pytest.raises(ValueError, match="wise_ft.alpha < 1 with model.lora"):
-        interpolate_toward_start(model, str(tiny_bert), 0.5)
+        interpolate_toward_start(model, model.starting_point(str(tiny_bert)), 0.5)

@@ -58,7 +58,7 @@ def load_model(cfg: DictConfig):
         if not wise.get("start"):
             raise ValueError(f"wise_ft.alpha={alpha} needs wise_ft.start=<the checkpoint {cfg.model.name_or_path} "
                              "was fine-tuned from> (e.g. wise_ft.start=all-MiniLM-L6-v2)")
-        interpolate_toward_start(model, wise.start, alpha)
+        interpolate_toward_start(model, model.starting_point(wise.start), alpha)
     return model
 
 

@@ -217,6 +217,13 @@ class DualEncoder(nn.Module):
         if not self.shared:
             check_tokenizer(self.tokenizer, self.passage_encoder, query_path)
 
+    def starting_point(self, start: str) -> DualEncoder:
+        """The checkpoint ``start`` (folder, asset name or hub id) as a shared-encoder :class:`DualEncoder` with this
+        model's pooling, normalisation and temperature (its saved settings ignored): θ0 of WiSE-FT
+        (:func:`multipos.weight_interpolation.interpolate_toward_start`)."""
+        return DualEncoder(start, pooling=self.pooling, normalize=self.normalize, temperature=self.temperature,
+                           shared=True, prefer_saved=False)
+
     def freeze_passage_encoder(self) -> None:
         """Query-side fine-tuning (DensePhrases, Lee et al. 2021): E_d stays the current (starting) weights and only
         E_q trains. A shared encoder is untied first: the passage side becomes a copy, so the saved model is the

@@ -130,7 +130,8 @@ def train(cfg: DictConfig) -> dict | None:
     if not zero:
         return None
     wise = cfg.get("wise_ft") or {}  # WiSE-FT toward the starting checkpoint; alpha 1 (default) changes nothing
-    interpolate_toward_start(model, wise.get("start") or cfg.model.name_or_path, wise.get("alpha", 1.0))
+    if float(wise.get("alpha", 1.0)) != 1.0:
+        interpolate_toward_start(model, model.starting_point(wise.get("start") or cfg.model.name_or_path), wise.alpha)
     model.save_pretrained(out / "model")
 
     results = evaluation.evaluate(model, out, cache_dir())

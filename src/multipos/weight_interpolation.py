@@ -67,30 +67,26 @@ def interpolate_encoder(encoder: nn.Module, start: nn.Module, alpha: float, wher
     encoder.load_state_dict(interpolate_state(encoder.state_dict(), start.state_dict(), alpha, where))
 
 
-def interpolate_toward_start(model, start: str, alpha: float) -> None:
+def interpolate_toward_start(model, start, alpha: float) -> None:
     """Apply WiSE-FT (Eq. 1 of Wortsman et al. 2022) to a :class:`~multipos.model.DualEncoder` in place.
 
-    Both sides move toward the starting encoder ``start`` (a checkpoint folder, asset name or hub id loaded as
-    a :class:`~multipos.model.DualEncoder` with ``model``'s settings): E_q always, E_d when untied (for a
-    query-side model E_d *is* the starting checkpoint, so it stays bit for bit the same and its cached corpus
-    embeddings stay valid). A shared encoder is interpolated once. ``alpha == 1`` does nothing.
+    Both sides move toward the starting encoder ``start`` (a DualEncoder holding θ0, e.g.
+    ``model.starting_point(<checkpoint>)``: :meth:`~multipos.model.DualEncoder.starting_point`): E_q always, E_d
+    when untied (for a query-side model E_d *is* the starting checkpoint, so it stays bit for bit the same and its
+    cached corpus embeddings stay valid). A shared encoder is interpolated once. ``alpha == 1`` does nothing.
 
-    Raises: ValueError as :func:`interpolate_state`; FileNotFoundError for a ``start`` that does not exist.
+    Raises: ValueError as :func:`interpolate_state`, and for a model with LoRA adapters.
     """
     if float(alpha) == 1.0:
         return
     from multipos.lora import has_adapters
-    from multipos.model import DualEncoder
 
     if has_adapters(model.query_encoder):
         raise ValueError("wise_ft.alpha < 1 with model.lora: interpolation needs full weights; LoRA's update is "
                          "already a scaled low-rank step (lower model.lora.alpha instead)")
-
-    theta0 = DualEncoder(start, pooling=model.pooling, normalize=model.normalize, temperature=model.temperature,
-                         shared=True, prefer_saved=False)
-    interpolate_encoder(model.query_encoder, theta0.query_encoder, alpha, f"{model.name_or_path} (query encoder)")
+    interpolate_encoder(model.query_encoder, start.query_encoder, alpha, f"{model.name_or_path} (query encoder)")
     if not model.shared:
-        interpolate_encoder(model.passage_encoder, theta0.query_encoder, alpha,
+        interpolate_encoder(model.passage_encoder, start.query_encoder, alpha,
                             f"{model.name_or_path} (passage encoder)")
     log.info("WiSE-FT: weights = %.3g x fine-tuned + %.3g x %s (Wortsman et al. 2022, Eq. 1)",
-             alpha, 1 - float(alpha), start)
+             alpha, 1 - float(alpha), start.name_or_path)

@@ -51,21 +51,21 @@ def open_run(cfg: DictConfig, out: Path, stages: list, writer: bool, device: str
             "experiment": cfg.get("experiment_name"), "seed": int(cfg.seed), "device": device,
             "wall_s": float(previous.get("wall_s", 0.0)), "stages": [s.describe() for s in stages],
             "resumed": bool(previous)}
-    if finished:
+    if finished:  # skipped: its index entry is written again (runs from before the key existed get theirs here)
         log.info("%s: finished run with this configuration, skipped (resume=false trains it again)", out)
-        if writer:
-            if previous.get("equivalence_key") != key:  # runs from before the key existed
-                write_run_info(out, {**previous, "equivalence_key": key})
-            register(key, out)
-        return RunStart(previous, read_json(out / METRICS), done=True)
-    reuse = cfg.get("reuse_equivalent", False) and cfg.get("resume", True)  # resume=false: train it again
-    source = find_equivalent(key, out) if reuse else None
-    if source is None:
-        return RunStart(info)
-    if not writer:
-        return RunStart(info, done=True)
-    metrics = adopt(source, out, {**info, "wall_s": round(info["wall_s"] + time.time() - started, 1)})
-    register(key, out)
+        if writer and previous.get("equivalence_key") != key:
+            write_run_info(out, {**previous, "equivalence_key": key})
+        info, metrics = previous, read_json(out / METRICS)
+    else:
+        reuse = cfg.get("reuse_equivalent", False) and cfg.get("resume", True)  # resume=false: train it again
+        source = find_equivalent(key, out) if reuse else None
+        if source is None:
+            return RunStart(info)
+        if not writer:
+            return RunStart(info, done=True)
+        metrics = adopt(source, out, {**info, "wall_s": round(info["wall_s"] + time.time() - started, 1)})
+    if writer:
+        register(key, out)
     return RunStart(info, metrics, done=True)
 
 
