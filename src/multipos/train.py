@@ -130,8 +130,9 @@ def train(cfg: DictConfig) -> dict | None:
     if not zero:
         return None
     wise = cfg.get("wise_ft") or {}  # WiSE-FT toward the starting checkpoint; alpha 1 (default) changes nothing
-    if float(wise.get("alpha", 1.0)) != 1.0:
-        interpolate_toward_start(model, model.starting_point(wise.get("start") or cfg.model.name_or_path), wise.alpha)
+    alpha = float(wise.get("alpha", 1.0))
+    if alpha != 1.0:
+        interpolate_toward_start(model, model.starting_point(wise.get("start") or cfg.model.name_or_path), alpha)
     model.save_pretrained(out / "model")
 
     results = evaluation.evaluate(model, out, cache_dir())
