@@ -43,13 +43,11 @@ def read_json(path: str | Path, missing_ok: bool = False, invalid_ok: bool = Fal
         return None
     try:
         return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: invalid JSON or invalid UTF-8
         if invalid_ok:
             return None
-        raise ValueError(f"{path}: invalid JSON ({exc})") from None
-    except OSError:
-        if invalid_ok:
-            return None
+        if isinstance(exc, json.JSONDecodeError):
+            raise ValueError(f"{path}: invalid JSON ({exc})") from None
         raise
 
 
