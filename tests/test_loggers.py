@@ -40,14 +40,23 @@ def test_unreachable_host_is_detected_quickly():
     assert time.monotonic() - start < 5
 
 
-def _run_file(folder: Path) -> bytes:
+def _run_file(folder: Path, needles: tuple[bytes, ...], timeout: float = 60.0) -> bytes:
     """The bytes of the one offline run under ``folder/wandb`` (its ``.wandb`` file holds protobuf records: the
-    config's JSON and the summary keys are stored as plain UTF-8 inside them)."""
+    config's JSON and the summary keys are stored as plain UTF-8 inside them), once every one of ``needles`` is in
+    it or ``timeout`` seconds have passed.
+
+    The file is written by W&B's service process, which may still be flushing it when ``run.finish()`` returns
+    (CI once read only its 7-byte header), so the file is read again until the records are there."""
     runs = sorted((folder / "wandb").glob("offline-run-*"))
     assert len(runs) == 1, f"expected one offline run under {folder / 'wandb'}, found {runs}"
     files = list(runs[0].glob("run-*.wandb"))
     assert files, f"no .wandb file in {runs[0]}"
-    return files[0].read_bytes()
+    deadline = time.monotonic() + timeout
+    while True:
+        data = files[0].read_bytes()
+        if all(n in data for n in needles) or time.monotonic() > deadline:
+            return data
+        time.sleep(0.5)
 
 
 @needs_wandb
@@ -58,10 +67,11 @@ def test_wandb_run_holds_resolved_config_curves_and_test_metrics(tiny_beir, tiny
                                 "callbacks.gradient_diagnostics.every_n_steps=1",
                                 *tiny_overrides(tiny_beir, tiny_bert, out), "eval.references=false"])
     train(cfg)
-    data = _run_file(out)
     # resolved config (nested keys and an interpolated value), the group, curves and the final metrics per set
-    for needle in (b"negative_depth", b"max_positives", str(tiny_bert).encode(), b"wandb_probe", b"train/loss",
-                   b"val/ndcg@10", b"diag/lsepair/grad_share_top", b"test/tiny_test/ndcg@10", b"test/tiny_dev/ndcg@10"):
+    needles = (b"negative_depth", b"max_positives", str(tiny_bert).encode(), b"wandb_probe", b"train/loss",
+               b"val/ndcg@10", b"diag/lsepair/grad_share_top", b"test/tiny_test/ndcg@10", b"test/tiny_dev/ndcg@10")
+    data = _run_file(out, needles)
+    for needle in needles:
         assert needle in data, needle
     assert sys.modules["wandb"].run is None  # the run was finished: a sweep's next run starts its own
 
@@ -84,7 +94,7 @@ def test_render_logs_the_table_and_figure_to_wandb_offline(tmp_path, monkeypatch
         pq = {"nfcorpus_test": {"ndcg@10": qmap([0.1 * (i + 1) + 0.01 * q for q in range(6)])}}
         make_run(sweep, f"run{i}", obj, pq, M=m, extra_config=report)
     md = render_sweep(sweep, out=tmp_path / "results", wandb_project="multipos-test")
-    data = _run_file(sweep)
+    data = _run_file(sweep, (b"report/probe_table", b"report/probe_table_figure"))
     assert b"report/probe_table" in data and b"report/probe_table_figure" in data
     tables = list((sweep / "wandb").glob("offline-run-*/files/media/table/**/*.table.json"))
     assert tables, "the wandb.Table was not written"
