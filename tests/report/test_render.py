@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from multipos.report import collect, render_sweep, render_table
@@ -212,3 +213,24 @@ def test_a_query_side_variant_renders_beside_the_study(tmp_path):
     assert (out / "table2_homogeneous_query_side.md").read_text() == md
     assert md.startswith(f"Table: {TITLE} (query-side)")
     assert render_sweep(root, out, name="other") == (out / "other.md").read_text()  # --name still wins
+
+
+def test_candidate_set_rows_are_compared_with_the_baseline_of_their_own_candidate_set(tmp_path):
+    """experiment=candidate_set: every objective at G=8, M=2 once with sampled groups and once with every corpus passage
+    a candidate (``passages.candidates``). JointLH-corpus sits 0.02 above SingleLH-corpus on every query and level
+    with SingleLH-group: it must carry the + of its own candidate set, and the group row none."""
+    root = tmp_path / "candidate_set-cpu-query_side"
+    base = np.random.default_rng(3).uniform(0.2, 0.6, 40)
+    wiggle = np.tile([0.01, -0.01], 20)
+    values = {("singlelh", "group"): base + 0.02, ("jointlh", "group"): base + 0.02 + wiggle,
+              ("singlelh", "corpus"): base, ("jointlh", "corpus"): base + 0.02}
+    for (obj, cand), v in values.items():
+        for seed in SEEDS:
+            extra = report_yaml("candidate_set", row_key="objective,G,M,candidates") + f"passages:\n  candidates: {cand}\n"
+            make_run(root, f"loss={obj},candidates={cand},seed={seed}", obj, {SET: {"ndcg@10": qmap(v), "mrr@10": qmap(v)}},
+                     seed=seed, M=2, extra_config=extra)
+    rows = {k: [unstyled(c) for c in v] for k, v in md_rows(render_sweep(root, tmp_path / "out")).items()}
+    joint_corpus = next(v for k, v in rows.items() if k.startswith("jointlh") and "corpus" in k)
+    joint_group = next(v for k, v in rows.items() if k.startswith("jointlh") and "group" in k)
+    assert joint_corpus[0].split(" ± ")[0].endswith("+"), rows
+    assert not joint_group[0].split(" ± ")[0].endswith(("+", "-")), rows

@@ -151,7 +151,7 @@ def test_baseline_rows_match_on_everything_but_seed(tmp_path):
     cells = md_rows(md)
     assert unstyled(cells["jointlh,G=8"][0]).split(" ± ")[0].endswith("+")  # vs the G=8 singlelh, not the G=16 one
     assert not unstyled(cells["jointlh,G=4"][0]).split(" ± ")[0].endswith(("+", "-"))
-    assert "no singlelh row with the same data, regime, G, M, selection for: jointlh,G=4" in md
+    assert "no singlelh row with the same data, regime, G, M, selection, candidates for: jointlh,G=4" in md
 
 
 def test_row_key_from_a_config_group_override(tmp_path):

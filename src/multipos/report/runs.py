@@ -15,11 +15,11 @@ from multipos.runs.folder import read_json
 
 #: Config keys read from ``.hydra/config.yaml`` into :attr:`RunResult.config` (plain values only).
 CONFIG_KEYS = ("loss.name", "data.name", "data.regime", "data.group_size", "data.max_positives",
-               "data.positive_selection", "seed")
+               "data.positive_selection", "passages.candidates", "seed")
 #: Short names usable in ``row_key`` (and used to label dotted keys), e.g. ``row_key="G,M"`` → ``G=8,M=4``.
 KEY_ALIASES = {"objective": "loss.name", "data": "data.name", "regime": "data.regime",
                "G": "data.group_size", "M": "data.max_positives", "selection": "data.positive_selection",
-               "seed": "seed"}
+               "candidates": "passages.candidates", "seed": "seed"}
 SHORT_NAMES = {v: k for k, v in KEY_ALIASES.items()}
 
 
