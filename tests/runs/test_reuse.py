@@ -10,7 +10,8 @@ import shutil
 import pytest
 
 from multipos.runs.keys import config_hash, equivalence_key
-from multipos.runs.reuse import find_equivalent
+from multipos import atomic
+from multipos.runs.reuse import adopt, find_equivalent, link_or_copy
 from multipos.stages import plan
 from tests.helpers import compose_cfg, tiny_overrides
 
@@ -117,3 +118,36 @@ def test_a_skipped_finished_run_from_before_the_key_is_indexed(tiny_beir, tiny_b
     train(cfg)  # skipped as finished, and the key is added
     assert json.loads((old / "run_info.json").read_text())["equivalence_key"] == key
     assert find_equivalent(key, tmp_path / "new") == old.resolve()
+
+
+def test_adopt_links_the_files_and_a_later_rewrite_of_either_run_leaves_the_other_as_it_was(tmp_path):
+    """A copied cell costs no disk (its files are hard links to the source's), and since every writer replaces a
+    file instead of writing into it, re-writing the source (a ``resume=false`` re-run) leaves the copy's results."""
+    source = tmp_path / "source"
+    (source / "model" / "query_encoder").mkdir(parents=True)
+    atomic.write_json(source / "metrics.json", {"nfcorpus_test": {"ndcg@10": 0.33}})
+    atomic.write_json(source / "per_query.nfcorpus_test.json", {"ndcg@10": {"q1": 0.33}})
+    (source / "model" / "query_encoder" / "model.safetensors").write_bytes(b"weights")
+    copy = tmp_path / "copy"
+    assert adopt(source, copy, {"equivalence_key": "k"}) == {"nfcorpus_test": {"ndcg@10": 0.33}}
+    for rel in ("metrics.json", "per_query.nfcorpus_test.json", "model/query_encoder/model.safetensors"):
+        assert (copy / rel).stat().st_ino == (source / rel).stat().st_ino, rel  # one file on disk
+    assert json.loads((copy / "run_info.json").read_text())["reused_from"] == str(source.resolve())
+    atomic.write_json(source / "metrics.json", {"nfcorpus_test": {"ndcg@10": 0.1}})
+    with atomic.replace_dir(source / "model") as tmp:
+        (tmp / "model.safetensors").write_bytes(b"other")
+    assert json.loads((copy / "metrics.json").read_text()) == {"nfcorpus_test": {"ndcg@10": 0.33}}
+    assert (copy / "model" / "query_encoder" / "model.safetensors").read_bytes() == b"weights"
+
+
+def test_link_or_copy_copies_where_a_hard_link_cannot_be_made(tmp_path, monkeypatch):
+    (tmp_path / "a").write_text("x")
+    (tmp_path / "b").write_text("old")
+
+    def no_link(*args):
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr("multipos.runs.reuse.os.link", no_link)
+    link_or_copy(tmp_path / "a", tmp_path / "b")
+    assert (tmp_path / "b").read_text() == "x" and (tmp_path / "b").stat().st_ino != (tmp_path / "a").stat().st_ino
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]  # no temporary file left

@@ -5,8 +5,11 @@ a run that finds a finished run with its equivalence key (:func:`multipos.runs.k
 index (``<cache>/runs/<key>.json``, written when a run finishes or a finished run is skipped) copies that run's
 results and model into its own directory instead of training (:func:`adopt`), and its ``run_info.json`` names
 the source (``reused_from``). The report counts such runs apart (:func:`multipos.report.render.provenance`).
-The source is copied, never linked, so a later ``resume=false`` re-run of either directory cannot change the
-other.
+Files are hard-linked where the filesystem allows it (copied otherwise): a study of 200 cells, most of them
+copies, would otherwise hold every model several times (a query-side run folder is about 250 MB). A hard link is
+safe because every multipos writer replaces a file (a temporary file, then ``os.replace``: :mod:`multipos.atomic`)
+and none writes into one, so a later ``resume=false`` re-run of either directory gives that directory new files
+and cannot change the other.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from multipos.runs.folder import METRICS, is_finished, read_json, read_run_info,
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RESULT_FILES", "register", "find_equivalent", "adopt"]
+__all__ = ["RESULT_FILES", "register", "find_equivalent", "link_or_copy", "adopt"]
 
 #: Files of a finished run directory copied by :func:`adopt` (glob patterns), besides ``model/`` and
 #: ``results.txt`` (copied with a line naming the source).
@@ -62,10 +65,23 @@ def find_equivalent(key: str, run_dir: Path) -> Path | None:
     return None
 
 
+def link_or_copy(source: Path, target: Path) -> None:
+    """Make ``target`` a hard link to the file ``source`` (a copy where linking fails: another filesystem, or one
+    without hard links), atomically: ``target`` is replaced in one step and never left half written."""
+    tmp = atomic.temp_path(target)
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+    except OSError:
+        shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
+
+
 def adopt(source: Path, run_dir: Path, info: dict) -> dict:
     """Copy the results and model of the finished run ``source`` into ``run_dir`` → its metrics.
 
-    Copies :data:`RESULT_FILES` and ``model/`` (atomically: a copy cut short leaves no half file), then
+    Hard-links (or copies: :func:`link_or_copy`) :data:`RESULT_FILES` and ``model/`` (atomically: a copy cut short
+    leaves no half file), then
     ``results.txt`` with a line naming the source, and writes ``run_info.json`` last, from ``info`` plus
     ``status: complete``, ``reused_from`` and the source's ``stage_records``. ``wall_s`` is the time spent here.
     Raises FileNotFoundError when ``source`` has no ``metrics.json`` or ``model/``.
@@ -79,11 +95,9 @@ def adopt(source: Path, run_dir: Path, info: dict) -> dict:
         for file in sorted(source.glob(pattern)):
             target = run_dir / file.relative_to(source)
             target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = atomic.temp_path(target)
-            shutil.copyfile(file, tmp)
-            os.replace(tmp, target)
+            link_or_copy(file, target)
     with atomic.replace_dir(run_dir / "model") as tmp:
-        shutil.copytree(source / "model", tmp, dirs_exist_ok=True)
+        shutil.copytree(source / "model", tmp, dirs_exist_ok=True, copy_function=link_or_copy)
     table = (source / "results.txt").read_text().rstrip() + "\n" if (source / "results.txt").is_file() else ""
     atomic.write_text(run_dir / "results.txt", f"{table}copied from the equivalent finished run {source.resolve()} "
                       f"(equivalence key {info.get('equivalence_key')}; its results above, wall time included); "
