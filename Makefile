@@ -45,12 +45,14 @@ test-slow: install
 
 ## Benchmarks, appended to bench/results/{speed,search}.jsonl: multipos vs a bare PyTorch step, sentence-transformers
 ## MNRL and encode, the Lightning loop, objective share, DDP/GradCache (bench_speed.py); FAISS index kinds and
-## sharded search (bench_search.py); query-side vs two-tower step per training query (bench_query_side.py).
+## sharded search (bench_search.py); query-side vs two-tower step per training query (bench_query_side.py); two
+## one-thread runs side by side vs one run on every core (bench_parallel_runs.py, CPU only: launcher=parallel).
 ## Quick sizes on a CPU, full sizes on CUDA. make bench ARGS="--threads 1"
 bench: install
 	$(BIN)/python bench/bench_speed.py $(ARGS)
 	$(BIN)/python bench/bench_search.py
 	$(BIN)/python bench/bench_query_side.py
+	$(BIN)/python bench/bench_parallel_runs.py
 
 clean-cache:
 	rm -rf .cache/embeddings

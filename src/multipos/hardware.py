@@ -34,3 +34,18 @@ def auto_workers() -> int:
     import torch
 
     return min(4, max(1, (os.cpu_count() or 2) - 1)) if torch.cuda.is_available() else 0
+
+
+def set_torch_threads(threads: int | None) -> str:
+    """Give this process ``threads`` torch intra-op threads (config ``threads``; ``launcher=parallel`` sets 1 so that
+    two runs share a 2-core CPU) → ``", <n> torch thread(s)"`` for the run's device description, or ``""`` when
+    ``threads`` is None (torch's default, one per core, is left as it is). Raises ValueError for a value below 1."""
+    if threads is None:
+        return ""
+    import torch
+
+    n = int(threads)
+    if n < 1 or n != threads:
+        raise ValueError(f"threads: a positive whole number of torch threads or null, got {threads!r}")
+    torch.set_num_threads(n)
+    return f", {n} torch thread{'s' * (n > 1)}"

@@ -38,6 +38,7 @@ from omegaconf import DictConfig, OmegaConf
 from multipos import atomic
 from multipos.assets import cache_dir
 from multipos.distributed import check_launch, device_description, is_rank_zero, trainer_world_size
+from multipos.hardware import set_torch_threads
 from multipos.runs.lifecycle import close_run, open_run
 from multipos.evaluation.runner import Evaluation
 from multipos.fit import run_stage
@@ -90,7 +91,8 @@ def train(cfg: DictConfig) -> dict | None:
     stages = plan(cfg.stages, evaluate_only=bool(cfg.get("init_from")))  # configuration errors first
     check_passages(cfg.get("passages"))
     zero = is_rank_zero()
-    run = open_run(cfg, out, stages, writer=zero, device=device_description(), started=start)
+    threads = set_torch_threads(cfg.get("threads"))
+    run = open_run(cfg, out, stages, writer=zero, device=device_description() + threads, started=start)
     if run.done:  # finished here before, or copied from an equivalent run
         return run.metrics
     L.seed_everything(cfg.seed, workers=True)

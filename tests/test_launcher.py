@@ -1,0 +1,57 @@
+"""launcher=parallel: a sweep runs several cells at once (Hydra's joblib launcher), each with one torch thread, into
+the same cell folders a one-at-a-time sweep uses; ``threads`` changes no run's identity."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from multipos.hardware import set_torch_threads
+from multipos.runs.keys import config_hash
+from tests.helpers import REPO, compose_cfg, tiny_overrides
+
+
+def test_set_torch_threads_sets_and_describes_and_refuses_nonsense():
+    before = torch.get_num_threads()
+    try:
+        assert set_torch_threads(None) == "" and torch.get_num_threads() == before
+        assert set_torch_threads(1) == ", 1 torch thread" and torch.get_num_threads() == 1
+        for bad in (0, -2, 1.5):
+            with pytest.raises(ValueError, match="threads: a positive whole number"):
+                set_torch_threads(bad)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_threads_and_launcher_leave_the_config_hash_alone(tiny_beir, tiny_bert, tmp_path):
+    plain = compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, tmp_path))
+    parallel = compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path), "launcher=parallel"],
+                           return_hydra_config=True)
+    assert parallel.threads == 1 and parallel.hydra.launcher.n_jobs == 2
+    assert "JoblibLauncher" in parallel.hydra.launcher._target_
+    same = compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path), "launcher=parallel"])
+    assert config_hash(plain) == config_hash(same)  # a study started one run at a time continues in parallel
+
+
+def test_a_parallel_sweep_trains_both_cells_with_one_thread_each(tiny_beir, tiny_bert, tmp_path):
+    sweep = tmp_path / "sweep"
+    overrides = [o for o in tiny_overrides(tiny_beir, tiny_bert, tmp_path) if not o.startswith("paths.output_dir=")]
+    env = {**os.environ, "MULTIPOS_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
+    p = subprocess.run([sys.executable, "train.py", "-m", *overrides, "eval.references=false", "launcher=parallel",
+                        f"hydra.sweep.dir={sweep}", "seed=1,2"], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    assert "Joblib.Parallel(n_jobs=2" in p.stdout + p.stderr
+    cells = sorted(f.parent for f in sweep.rglob("run_info.json"))  # the tiny data path nests the cell folders
+    names = [str(c.relative_to(sweep)) for c in cells]
+    assert len(cells) == 2 and ["seed=1," in names[0], "seed=2," in names[1]] == [True, True], names
+    assert not any("launcher" in n or "threads" in n for n in names)  # they name no cell
+    for cell in cells:
+        info = json.loads((cell / "run_info.json").read_text())
+        assert info["status"] == "complete" and info["device"].endswith(", 1 torch thread")
+        assert json.loads((cell / "metrics.json").read_text())["tiny_test"]["ndcg@10"] >= 0
