@@ -4,13 +4,12 @@
 # two studies at a time (six processes: MiniLM leaves the H100 mostly idle); everything stops at the deadline
 # (STUDY_S seconds, default 470). A study re-run skips its finished runs, so a later call continues where this stopped.
 # FINE_TUNING=query_side: the query-side five-seed variant (seeds 42-46, fine_tuning=query_side) into
-# multirun/<study>-cpu-query_side-gpu, rendered to <study>_query_side-gpu.md; default studies: the ones the CPU has not
-# run query-side with five seeds, the candidate-set study first (its group cells are the figure's, which then reuses
-# them by equivalence key; issue "Query-side training", items 6-7).
+# multirun/<study>-cpu-query_side-gpu, rendered to <study>_query_side-gpu.md; name the studies with STUDIES="..." (every
+# query-side five-seed study, the candidate set and the figure included, has run on the CPU: 2026-11-25).
 . bench/gpu/setup.sh || exit 3
 if [ "${FINE_TUNING:-}" = query_side ]; then
   SEEDS="42 43 44 45 46"; VARIANT="fine_tuning=query_side ++size.suffix=-query_side-gpu"
-  STUDIES=${STUDIES:-candidate_set figure_ratio_ablation}
+  [ -n "${STUDIES:-}" ] || { echo "FINE_TUNING=query_side: name the studies, STUDIES=\"<study> ...\""; exit 2; }
 else
   SEEDS="42 43 44"; VARIANT="++size.suffix=-gpu"
 fi
