@@ -32,9 +32,8 @@ def worker(steps: int, threads: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
+    from bench_query_side import group_lookup_loss, lookup_groups
     from common import bench_setup
-    from multipos.data.groups import Group, group_masks
-    from multipos.losses import compute
     from multipos.model import DualEncoder
 
     device, _, data = bench_setup()
@@ -49,15 +48,10 @@ def worker(steps: int, threads: int) -> None:
     index = torch.nn.functional.normalize(torch.randn(len(ids), 384, generator=torch.Generator().manual_seed(0)), dim=-1)
 
     def step(j: int) -> None:
-        groups = []
-        for qid, text, pos in data.queries[(j * B) % (len(data.queries) - B):][:B]:
-            others = [p for p in rng.sample(ids, G + 1) if p != pos][: G - 1]
-            groups.append(Group(qid, text, [pos, *others], 1, {pos}))
+        groups = lookup_groups(data, ids, rng, (j * B) % (len(data.queries) - B), B, G)
         opt.zero_grad()
         q = model.encode_queries(model.tokenize([g.query for g in groups], "query"))
-        rows = torch.tensor([row[p] for g in groups for p in g.passage_ids])
-        pos, neg = group_masks(groups)
-        compute("jointlh", model.score(q, index[rows]), pos, neg).mean().backward()
+        group_lookup_loss(model, q, groups, index, row).backward()
         opt.step()
 
     for j in range(2):
@@ -96,7 +90,7 @@ def main() -> None:
     if torch.cuda.is_available():
         print("bench_parallel_runs: a CPU benchmark (runs sharing the cores); nothing measured on a GPU machine")
         return
-    from common import machine_info
+    from common import append_result, machine_info
 
     start = time.perf_counter()
     one, two, ratios = [], [], []
@@ -114,8 +108,6 @@ def main() -> None:
            "s_per_step_two_processes": [[round(s, 4) for s in pair] for pair in two],
            "two_one_thread_vs_one_process": round(statistics.median(ratios), 3),
            "wall_s": round(time.perf_counter() - start, 1)}
-    from common import append_result
-
     append_result(args.out, res)
 
 

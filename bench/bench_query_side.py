@@ -30,6 +30,29 @@ from common import append_result, bench_setup, interleaved, machine_info
 OUT = Path(__file__).resolve().parent / "results" / "speed.jsonl"
 
 
+def lookup_groups(data, ids: list[str], rng: random.Random, start: int, batch: int, group: int) -> list:
+    """``batch`` training groups from query ``start`` on: each query's first judged passage, then ``group`` − 1 other
+    corpus passages drawn with ``rng`` (:class:`multipos.data.groups.Group`, one positive)."""
+    from multipos.data.groups import Group
+
+    groups = []
+    for qid, text, pos in data.queries[start: start + batch]:
+        others = [p for p in rng.sample(ids, group + 1) if p != pos][: group - 1]
+        groups.append(Group(qid, text, [pos, *others], 1, {pos}))
+    return groups
+
+
+def group_lookup_loss(model, q: torch.Tensor, groups: list, index: torch.Tensor, row: dict[str, int]) -> torch.Tensor:
+    """JointLH of query embeddings ``q`` [B, H] against their groups' passages looked up in the frozen ``index``
+    [N, H] by corpus row (``passages=frozen_index``, ``candidates=group``) → the mean loss (a scalar)."""
+    from multipos.data.groups import group_masks
+    from multipos.losses import compute
+
+    rows = torch.tensor([row[p] for g in groups for p in g.passage_ids], device=q.device)
+    pos, neg = group_masks(groups)
+    return compute("jointlh", model.score(q, index[rows]), pos.to(q.device), neg.to(q.device)).mean()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--batch", type=int, default=32)
@@ -41,7 +64,7 @@ def main() -> None:
     device, bf16, data = bench_setup()
     from multipos.corpus_candidates import corpus_scores, corpus_targets
     from multipos.retrieval.encoding import autocast_context
-    from multipos.data.groups import Group, group_masks
+    from multipos.data.groups import group_masks
     from multipos.losses import compute
     from multipos.model import DualEncoder
 
@@ -49,15 +72,7 @@ def main() -> None:
     ids = list(data.passages)
     row = {p: i for i, p in enumerate(ids)}
     rng = random.Random(0)
-
-    def make_batch(j):
-        groups = []
-        for qid, text, pos in data.queries[j * B: (j + 1) * B]:
-            others = [p for p in rng.sample(ids, G + 1) if p != pos][: G - 1]
-            groups.append(Group(qid, text, [pos, *others], 1, {pos}))
-        return groups
-
-    batches = [make_batch(j) for j in range(args.rounds + 1)]
+    batches = [lookup_groups(data, ids, rng, j * B, B, G) for j in range(args.rounds + 1)]
 
     def encoder(frozen: bool):
         model = DualEncoder(data.model, attention_dropout=0.0, query_max_length=32, passage_max_length=128).to(device)
@@ -85,9 +100,7 @@ def main() -> None:
         return compute("jointlh", model.score(q, p), pos.to(device), neg.to(device)).mean()
 
     def group_lookup(model, q, groups):
-        rows = torch.tensor([row[p] for g in groups for p in g.passage_ids], device=device)
-        pos, neg = group_masks(groups)
-        return compute("jointlh", model.score(q, index[rows]), pos.to(device), neg.to(device)).mean()
+        return group_lookup_loss(model, q, groups, index, row)
 
     def corpus(model, q, groups):
         targets = corpus_targets([g.passage_ids[:1] for g in groups], [g.judged for g in groups], row).to(device)
