@@ -43,6 +43,7 @@ def test_a_parallel_sweep_trains_both_cells_with_one_thread_each(tiny_beir, tiny
     overrides = [o for o in tiny_overrides(tiny_beir, tiny_bert, tmp_path) if not o.startswith("paths.output_dir=")]
     env = {**os.environ, "MULTIPOS_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
     p = subprocess.run([sys.executable, "train.py", "-m", *overrides, "eval.references=false", "launcher=parallel",
+                        "data.num_workers=1",  # DataLoader workers inside a joblib worker start by pickling (loky)
                         f"hydra.sweep.dir={sweep}", "seed=1,2"], cwd=REPO, env=env, capture_output=True, text=True,
                        timeout=600)
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]

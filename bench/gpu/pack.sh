@@ -24,7 +24,7 @@ for w in .gpu-wheels/*.whl; do case "$w" in *faiss*) ;; *) cp "$w" .gpu-pack/whe
 version() { "$py" -c "import importlib.metadata as m; print(m.version('$1'))"; }
 plat="--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_5_x86_64"
 pkgs=""
-for p in datasets dill multiprocess hydra-optuna-sweeper optuna sqlalchemy alembic mako colorlog cmaes hydra-submitit-launcher submitit; do
+for p in datasets dill multiprocess hydra-optuna-sweeper optuna sqlalchemy alembic mako colorlog cmaes hydra-submitit-launcher submitit hydra-joblib-launcher; do
   pkgs="$pkgs $p==$(version $p)"
 done
 "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $plat -d .gpu-pack/wheels $pkgs

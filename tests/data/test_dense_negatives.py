@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -186,9 +187,17 @@ def test_refresh_every_k_epochs_and_a_resumed_run_trains_on_the_same_pools(tiny_
             train(cfg)
     finally:
         PoolRecorder.CRASH = None
+    crashed = PoolRecorder.runs[-1]  # it trained batch (3, 0) on the pools its step checkpoint holds
     train(cfg)  # resumes from the step checkpoint: its pools come from the checkpoint
     resumed = PoolRecorder.runs[-1]
     assert min(resumed["groups"])[0] == 3  # the resumed run started in epoch 3
+    assert resumed["pools"][3] == crashed["pools"][3]  # the interrupted run's pools, not mined again
+    expected = mine_dense_negatives(resumed["models"][3], corpus, texts, judged, 20, cache=False, progress=False)
+    assert json.loads(next(iter(resumed["pools"][4]))) == expected  # and its own refresh after epoch 3
+    if os.environ.get("MULTIPOS_TEST_ACCELERATOR", "cpu") != "cpu":
+        # on CUDA two runs of this job were not bitwise equal (H200, 2026-11-26: near-tied passages swapped places
+        # in the pools mined after epoch 1; cause not isolated), so the uninterrupted run is no reference there
+        return
     assert resumed["pools"][3] == {pools[3]} and resumed["pools"][4] == {pools[4]}
     for key, negatives in resumed["groups"].items():
         assert rec["groups"][key] == negatives

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import sys
 from dataclasses import dataclass, replace
 
 import lightning as L
@@ -121,6 +123,51 @@ class ResumableLoader(DataLoader):
     def load_state_dict(self, state: dict) -> None:
         self.sampler.skip = int(state.get("batches", 0)) * int(self.batch_size)
         self.sampler.skip_epoch = int(state["epoch"]) if "epoch" in state else None
+
+
+def worker_start_method(num_workers: int) -> str | None:
+    """The start method of the training loader's workers: None (torch's default, this process's start method) unless
+    that is not one of the standard library's, as in the loky processes Hydra's joblib launcher (``launcher=parallel``)
+    runs jobs in, whose ``loky`` method cannot start a plain ``multiprocessing.Process`` (the DataLoader's worker
+    fails to start: seen on the H200, 2026-11-26); then the standard library's default for this platform and
+    Python (``fork`` on Linux before 3.14, else ``forkserver`` or ``spawn``). None also for ``num_workers=0``."""
+    if num_workers == 0 or multiprocessing.get_start_method(allow_none=True) in (None, "fork", "spawn", "forkserver"):
+        return None
+    available = multiprocessing.get_all_start_methods()
+    if sys.platform == "linux" and sys.version_info < (3, 14) and "fork" in available:
+        return "fork"
+    return "forkserver" if "forkserver" in available else "spawn"
+
+
+@dataclass
+class GroupCollator:
+    """Groups → :class:`Batch`: queries tokenised to [B, Lq] (``query_prompt`` first, at most ``query_max_length``
+    tokens), the B·G passages to [B·G, Lp] unless ``tokenize_passages`` is False (query-side fine-tuning looks them
+    up by id), and the [B, B·G] positive / negative masks (:func:`multipos.data.groups.group_masks`).
+
+    A plain picklable object: the collate function DataLoader workers receive when they are spawned rather than
+    forked (``forkserver`` is Python 3.14's default on Linux; Hydra's joblib launcher runs each job in such a
+    process)."""
+
+    tokenizer: object
+    corpus: object
+    query_prompt: str = ""
+    passage_prompt: str = ""
+    query_max_length: int = 32
+    passage_max_length: int = 128
+    tokenize_passages: bool = True
+
+    def __call__(self, groups: list[Group]) -> Batch:
+        positive_mask, negative_mask = group_masks(groups)
+        q = self.tokenizer([self.query_prompt + g.query for g in groups], padding=True, truncation=True,
+                           max_length=self.query_max_length, return_tensors="pt")
+        p = None
+        if self.tokenize_passages:
+            texts = [self.passage_prompt + self.corpus[p].full_text() for g in groups for p in g.passage_ids]
+            p = dict(self.tokenizer(texts, padding=True, truncation=True, max_length=self.passage_max_length,
+                                    return_tensors="pt"))
+        return Batch(dict(q), p, positive_mask, negative_mask, [g.query_id for g in groups],
+                     [p for g in groups for p in g.passage_ids], list(groups))
 
 
 class MultiPosDataModule(L.LightningDataModule):
@@ -276,17 +323,15 @@ class MultiPosDataModule(L.LightningDataModule):
                      len(self.dataset), len(self.queries), labels, f" (budget {self.budget})" if self.budget else "")
 
     def collate(self, groups: list[Group]) -> Batch:
-        """Tokenise a list of groups and build the [B, B·G] masks."""
-        positive_mask, negative_mask = group_masks(groups)
-        q = self.tokenizer([self.query_prompt + g.query for g in groups], padding=True, truncation=True,
-                           max_length=self.query_max_length, return_tensors="pt")
-        p = None
-        if self.tokenize_passages:
-            texts = [self.passage_prompt + self.corpus[p].full_text() for g in groups for p in g.passage_ids]
-            p = dict(self.tokenizer(texts, padding=True, truncation=True, max_length=self.passage_max_length,
-                                    return_tensors="pt"))
-        return Batch(dict(q), p, positive_mask, negative_mask, [g.query_id for g in groups],
-                     [p for g in groups for p in g.passage_ids], list(groups))
+        """Tokenise a list of groups and build the [B, B·G] masks (:class:`GroupCollator` with today's settings)."""
+        return self.collator()(groups)
+
+    def collator(self) -> "GroupCollator":
+        """The collate function of the training loader: the tokenizer, corpus, prompts and lengths, without the
+        data module (whose trainer does not pickle), so DataLoader workers started by ``spawn`` or ``forkserver``
+        receive it."""
+        return GroupCollator(self.tokenizer, self.corpus, self.query_prompt, self.passage_prompt,
+                             self.query_max_length, self.passage_max_length, self.tokenize_passages)
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx):
         return batch.to(device) if isinstance(batch, Batch) else super().transfer_batch_to_device(batch, device, dataloader_idx)
@@ -307,6 +352,7 @@ class MultiPosDataModule(L.LightningDataModule):
         progress = (lambda: trainer.fit_loop.epoch_loop.batch_progress.current.processed) if trainer is not None else None
         # its own generator: creating the iterator draws no number from the global RNG (dropout after a resume)
         return ResumableLoader(self.dataset, batch_size=self.batch_size, sampler=sampler,
-                               drop_last=len(sampler) >= self.batch_size, collate_fn=self.collate,
+                               drop_last=len(sampler) >= self.batch_size, collate_fn=self.collator(),
                                num_workers=self.num_workers, persistent_workers=self.num_workers > 0, progress=progress,
+                               multiprocessing_context=worker_start_method(self.num_workers),
                                generator=torch.Generator().manual_seed(self.seed))

@@ -1,0 +1,69 @@
+"""DataLoader workers that do not fork (``spawn``; ``forkserver``, Python 3.14's default on Linux; the worker
+processes of Hydra's joblib launcher) receive the dataset and the collate function pickled: both must pickle
+without the data module, whose trainer does not (seen on the H200 with ``launcher=parallel``, 2026-11-26)."""
+
+from __future__ import annotations
+
+import pickle
+
+import torch
+from torch.utils.data import DataLoader
+
+from multipos.data import MultiPosDataModule
+from multipos.data.sources import BeirGradedSource
+
+
+def _datamodule(tiny_beir, tiny_bert) -> MultiPosDataModule:
+    dm = MultiPosDataModule(BeirGradedSource(str(tiny_beir), "qrels-graded/train.s-3.qrel", negative_depth=20),
+                            str(tiny_bert), regime="heterogeneous", group_size=4, max_positives=2, batch_size=2,
+                            num_workers=1)
+    dm.set_stage("heterogeneous", None)
+    dm.setup()
+    return dm
+
+
+def test_the_training_loader_s_collate_function_pickles_without_the_trainer(tiny_beir, tiny_bert):
+    dm = _datamodule(tiny_beir, tiny_bert)
+    dm.trainer_stand_in = lambda: None  # an attribute no pickle can take, as the Trainer's callbacks are
+    loader = dm.train_dataloader()
+    collate = pickle.loads(pickle.dumps(loader.collate_fn))
+    groups = [dm.dataset[(0, 0)], dm.dataset[(1, 0)]]
+    a, b = collate(groups), loader.collate_fn(groups)
+    assert a.query_ids == b.query_ids and a.passage_ids == b.passage_ids
+    assert torch.equal(a.query["input_ids"], b.query["input_ids"])
+    assert torch.equal(a.passages["input_ids"], b.passages["input_ids"])
+    assert torch.equal(a.positive_mask, b.positive_mask) and torch.equal(a.negative_mask, b.negative_mask)
+
+
+def test_a_spawned_worker_yields_the_batches_of_the_main_process(tiny_beir, tiny_bert):
+    dm = _datamodule(tiny_beir, tiny_bert)
+    loader = dm.train_dataloader()
+    keys = [(0, 0), (1, 0)]
+    spawned = DataLoader([dm.dataset[k] for k in keys], batch_size=2, collate_fn=loader.collate_fn, num_workers=1,
+                         multiprocessing_context="spawn")
+    (batch,) = list(spawned)
+    expected = loader.collate_fn([dm.dataset[k] for k in keys])
+    assert batch.query_ids == expected.query_ids and torch.equal(batch.query["input_ids"], expected.query["input_ids"])
+    assert torch.equal(batch.passages["attention_mask"], expected.passages["attention_mask"])
+
+
+def test_the_training_dataset_pickles(tiny_beir, tiny_bert):
+    dm = _datamodule(tiny_beir, tiny_bert)
+    loader = dm.train_dataloader()
+    dataset = pickle.loads(pickle.dumps(loader.dataset))
+    assert dataset[(3, 1)] == loader.dataset[(3, 1)]
+
+
+def test_workers_start_with_the_standard_library_s_method_inside_a_loky_process(monkeypatch):
+    """Inside a job of Hydra's joblib launcher the default start method is loky's, which cannot start the
+    DataLoader's plain ``multiprocessing.Process``: the loader names the platform's standard method instead."""
+    import multiprocessing
+    import sys
+
+    from multipos.data.datamodule import worker_start_method
+
+    assert worker_start_method(0) is None and worker_start_method(2) is None  # this process: a standard method
+    monkeypatch.setattr(multiprocessing, "get_start_method", lambda allow_none=False: "loky")
+    assert worker_start_method(0) is None
+    expected = "fork" if sys.platform == "linux" and sys.version_info < (3, 14) else "forkserver"
+    assert worker_start_method(2) == expected
