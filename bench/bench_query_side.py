@@ -8,12 +8,16 @@ each a forward, backward and AdamW step of all-MiniLM-L6-v2 (bf16 autocast where
 * ``query_side_corpus``: queries scored against every corpus passage, exact, in chunks
   (``passages.candidates=corpus``, :mod:`multipos.corpus_candidates`).
 
+Then, on batches of ``--bucket-batch`` queries (64: the main job's), ``query_side_corpus`` with one padded batch
+against the same step with the batch encoded in length-sorted parts (``length_buckets=4``,
+:mod:`multipos.length_buckets`; both encoders in training mode without dropout): ``length_buckets_speedup``.
+
 The index holds random unit vectors of the corpus's shape (timing does not depend on its values; encoding it is a
 one-off cost paid through the embedding cache, reported by training's log). The sides take turns on every batch
 (:func:`common.interleaved`), so machine load falls on all of them alike; results are ratios. Target: query-side
 ≥ 20× cheaper per training query than two-tower on the 2-core CPU. Appends to ``bench/results/speed.jsonl``.
 
-    python bench/bench_query_side.py [--batch 32 --group 8 --rounds 6]
+    python bench/bench_query_side.py [--batch 32 --group 8 --rounds 6 --bucket-batch 64]
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--chunk-size", type=int, default=65536)
+    ap.add_argument("--bucket-batch", type=int, default=64, help="queries per batch of the length-buckets comparison")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     device, bf16, data = bench_setup()
@@ -118,6 +123,24 @@ def main() -> None:
     res.update({f"s_per_training_query_{k}": round(v / B, 5) for k, v in t.items()})
     res["two_tower_vs_query_side_group"] = round(t["two_tower"] / t["query_side_group"], 2)
     res["two_tower_vs_query_side_corpus"] = round(t["two_tower"] / t["query_side_corpus"], 2)
+
+    # length buckets at the main job's batch size: two training-mode encoders without dropout, same batches
+    def train_mode(buckets: int):
+        model = DualEncoder(data.model, attention_dropout=0.0, hidden_dropout=0.0, query_max_length=32).to(device)
+        model.freeze_passage_encoder()
+        model.train()
+        model.length_buckets = buckets
+        return model, torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+
+    nb = args.bucket_batch
+    big = [lookup_groups(data, ids, rng, (j * nb) % max(1, len(data.queries) - nb), nb, G) for j in range(args.rounds + 1)]
+    whole, parts = train_mode(1), train_mode(4)
+    tb = interleaved({"whole": lambda b: step(*whole, corpus, b), "buckets": lambda b: step(*parts, corpus, b)},
+                     big, warmup=1, device=device)
+    res["bucket_batch"] = nb
+    res["s_per_step_corpus_one_padded_batch"] = round(tb["whole"], 4)
+    res["s_per_step_corpus_length_buckets_4"] = round(tb["buckets"], 4)
+    res["length_buckets_speedup"] = round(tb["whole"] / tb["buckets"], 2)
     res["wall_s"] = round(time.perf_counter() - start, 1)
     append_result(args.out, res)
 
