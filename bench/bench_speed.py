@@ -20,7 +20,10 @@ Ratios (> 1 = multipos faster), with the targets of issue 9:
 * ``ddp``: 2 processes vs 1 and peak memory with and without GradCache at B=128 × G=8 (:mod:`bench_ddp`).
 
 Options: ``--threads N`` (torch CPU threads; 1 keeps the ratios stable on a CPU shared with other jobs),
-``--skip steps encode share ddp``, ``--out FILE``.
+``--skip steps encode share ddp``, ``--out FILE``, ``--workers 4,8,12`` (the Lightning loop again with each DataLoader
+worker count, over ``--loop-steps`` steps: ``lightning_vs_bare_workers_<n>``; a batch of B=64 × G=8 at 128 tokens
+took 0.33 s to collate on one core of the 2-core EPYC, so 4 workers deliver at most about 12 batches/s, fewer than
+a GPU step of 0.046 s asks for).
 
 Sizes: ``--quick`` B=4, G=4, 32/64-token queries/passages, 128 passages encoded at 64 tokens; full: B=64, G=8,
 32/128 tokens, 4096 passages at 256 tokens. Default: full on CUDA, quick otherwise. Device: CUDA when available;
@@ -47,7 +50,7 @@ SIZES = {
 SHARE_SIZES = ((128, 8), (512, 16))
 
 
-def step_ratios(data, device, bf16: bool, size: dict, res: dict):
+def step_ratios(data, device, bf16: bool, size: dict, res: dict, workers: list[int] = (), loop_steps: int | None = None):
     """multipos vs bare vs sentence-transformers MNRL steps, then the Lightning loop, on the same batches."""
     from sides import bare_step, data_module, lightning_loop, multipos_step, st_columns, st_model, st_step
 
@@ -88,6 +91,11 @@ def step_ratios(data, device, bf16: bool, size: dict, res: dict):
     res["lightning_vs_bare"] = round(bare / statistics.median(loop), 3)
     res["queries_per_s_lightning_loop"] = round(B / statistics.median(loop), 2)
     res["dataloader_workers"] = dm.num_workers
+    for n in workers:  # the same loop with n DataLoader workers (the bare step above is the reference)
+        dm.num_workers = n
+        loop_n = lightning_loop(data, dm, device, loop_steps or rounds)
+        res[f"step_s_lightning_loop_workers_{n}"] = round(statistics.median(loop_n), 4)
+        res[f"lightning_vs_bare_workers_{n}"] = round(bare / statistics.median(loop_n), 3)
     return t["multipos"]
 
 
@@ -188,6 +196,9 @@ def main() -> None:
     ap.add_argument("--skip", nargs="*", default=[], choices=["steps", "encode", "share", "ddp"])
     ap.add_argument("--threads", type=int, default=None,
                     help="torch CPU threads (default: torch's); 1 keeps ratios stable on a CPU shared with other jobs")
+    ap.add_argument("--workers", type=lambda v: [int(x) for x in v.split(",")], default=[],
+                    help="also time the Lightning loop with each of these DataLoader worker counts, e.g. 4,8,12")
+    ap.add_argument("--loop-steps", type=int, default=None, help="steps of each --workers loop (default: rounds)")
     ap.add_argument("--out", type=Path, default=OUT, help=f"results file (default {OUT.relative_to(OUT.parents[2])})")
     args = ap.parse_args()
     if args.threads:
@@ -216,7 +227,7 @@ def main() -> None:
         return out
 
     if "steps" not in args.skip:
-        step_s = phase("steps", step_ratios, data, device, bf16, size, res)
+        step_s = phase("steps", step_ratios, data, device, bf16, size, res, args.workers, args.loop_steps)
     if "encode" not in args.skip:
         phase("encode", encode_ratio, data, device, bf16, size, res)
     if "share" not in args.skip and (step_s is not None or full_step):

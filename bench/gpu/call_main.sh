@@ -3,6 +3,7 @@
 # multirun/default-cpu-gpu), its summary, then the speed benches on the same GPU: bench_speed.py (multipos vs bare
 # step vs sentence-transformers MNRL, Lightning loop vs bare step, encode vs sentence-transformers, objective share)
 # and bench_fit_vs_st.py (whole fit vs SentenceTransformerTrainer.train). Results -> $OUT/main.tar.gz.
+# Time limits: TRAIN_S, SPEED_S, FIT_S (seconds); SPEED_ARGS replaces bench_speed.py's options (default --skip ddp).
 . bench/gpu/setup.sh || exit 3
 R=/tmp/results/main; mkdir -p $R
 t0=$(date +%s)
@@ -10,8 +11,8 @@ timeout ${TRAIN_S:-300} python3 train.py -m experiment=default seed=42,43,44 tra
   trainer.enable_progress_bar=false > $R/train.log 2>&1; echo "main job rc=$? $(( $(date +%s) - t0 )) s" | tee -a $R/times.txt
 python3 -m multipos.report.summary multirun/default-cpu-gpu > $R/summary.txt 2>&1
 t0=$(date +%s)
-timeout 150 python3 bench/bench_speed.py --skip ddp --out $R/speed.jsonl > $R/bench_speed.log 2>&1; echo "bench_speed rc=$? $(( $(date +%s) - t0 )) s" | tee -a $R/times.txt
+timeout ${SPEED_S:-150} python3 bench/bench_speed.py ${SPEED_ARGS:---skip ddp} --out $R/speed.jsonl > $R/bench_speed.log 2>&1; echo "bench_speed rc=$? $(( $(date +%s) - t0 )) s" | tee -a $R/times.txt
 t0=$(date +%s)
-timeout 140 python3 bench/bench_fit_vs_st.py --out $R/speed.jsonl > $R/fit_vs_st.log 2>&1; echo "fit_vs_st rc=$? $(( $(date +%s) - t0 )) s" | tee -a $R/times.txt
+timeout ${FIT_S:-140} python3 bench/bench_fit_vs_st.py --out $R/speed.jsonl > $R/fit_vs_st.log 2>&1; echo "fit_vs_st rc=$? $(( $(date +%s) - t0 )) s" | tee -a $R/times.txt
 tar -czf $OUT/main.tar.gz --exclude='checkpoints' --exclude='model' --exclude='run.*.trec' -C /tmp/results main -C $PWD multirun/default-cpu-gpu
 cat $R/summary.txt | tail -n 25; cat $R/times.txt; tail -c 2500 $R/speed.jsonl
