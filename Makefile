@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 ## seeds), then the summary: test nDCG@10 mean ± sd, p-value vs the zero-shot start, BM25, TREC DL 2019/2020.
 ## Two-tower: make train EXPERIMENT=two_tower. One seed: make train SEEDS=42.
 ## The first seed runs alone on every core and fills the caches (encoded corpora, BM25 negatives, references); the
-## others then run side by side with one torch thread each (launcher=parallel: 1.2x the throughput of one run on both
+## others then run side by side, the cores shared between them (launcher=parallel; one thread each on 2 cores: 1.2x the throughput of one run on both
 ## cores of the 2-core CPU, bench/bench_parallel_runs.py). PARALLEL= runs them one after another.
 EXPERIMENT ?= default
 SEEDS ?= 42,43,44

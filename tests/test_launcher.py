@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from multipos.hardware import set_torch_threads
+from multipos.hardware import cores_per_job, set_torch_threads
 from multipos.runs.keys import config_hash
 from tests.helpers import REPO, compose_cfg, tiny_overrides
 
@@ -28,11 +28,21 @@ def test_set_torch_threads_sets_and_describes_and_refuses_nonsense():
         torch.set_num_threads(before)
 
 
+def test_parallel_runs_share_the_cores(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert cores_per_job(2) == 1 and cores_per_job(3) == 1
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert cores_per_job(2) == 8 and cores_per_job(1) == 16
+    for bad in (0, 1.5):
+        with pytest.raises(ValueError, match="cores_per_job"):
+            cores_per_job(bad)
+
+
 def test_threads_and_launcher_leave_the_config_hash_alone(tiny_beir, tiny_bert, tmp_path):
     plain = compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, tmp_path))
     parallel = compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path), "launcher=parallel"],
                            return_hydra_config=True)
-    assert parallel.threads == 1 and parallel.hydra.launcher.n_jobs == 2
+    assert parallel.threads == max(1, (os.cpu_count() or 1) // 2) and parallel.hydra.launcher.n_jobs == 2
     assert "JoblibLauncher" in parallel.hydra.launcher._target_
     same = compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path), "launcher=parallel"])
     assert config_hash(plain) == config_hash(same)  # a study started one run at a time continues in parallel
@@ -54,5 +64,6 @@ def test_a_parallel_sweep_trains_both_cells_with_one_thread_each(tiny_beir, tiny
     assert not any("launcher" in n or "threads" in n for n in names)  # they name no cell
     for cell in cells:
         info = json.loads((cell / "run_info.json").read_text())
-        assert info["status"] == "complete" and info["device"].endswith(", 1 torch thread")
+        each = max(1, (os.cpu_count() or 1) // 2)  # cores_per_job: 1 on the 2-core CPU
+        assert info["status"] == "complete" and info["device"].endswith(f", {each} torch thread" + ("s" if each > 1 else ""))
         assert json.loads((cell / "metrics.json").read_text())["tiny_test"]["ndcg@10"] >= 0

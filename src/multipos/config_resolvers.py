@@ -6,7 +6,7 @@ resolves a run's saved config (:func:`multipos.report.runs.config_node`) and by 
 :mod:`multipos` registers nothing.
 
 ``${basename:<path>}`` → last path component (run names of evaluate.py); ``${auto_precision:}``,
-``${auto_bf16:}``, ``${auto_workers:}`` → :mod:`multipos.hardware`; ``${sweep_dir:…}`` → :func:`sweep_dir`;
+``${auto_bf16:}``, ``${auto_workers:}``, ``${cores_per_job:<n>}`` → :mod:`multipos.hardware`; ``${sweep_dir:…}`` → :func:`sweep_dir`;
 ``${optuna_storage:…}`` → :func:`optuna_storage`; ``${beir_sets:<paths>,<split>,<metrics>}`` → one eval-set config
 per BEIR folder (conf/eval/beir.yaml).
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from multipos.hardware import auto_precision, auto_workers, native_bf16
+from multipos.hardware import auto_precision, auto_workers, cores_per_job, native_bf16
 
 __all__ = ["register_resolvers", "register_eval_sets", "sweep_dir", "optuna_storage"]
 
@@ -52,6 +52,7 @@ def register_resolvers() -> None:
     OmegaConf.register_new_resolver("auto_precision", auto_precision, replace=True)
     OmegaConf.register_new_resolver("auto_bf16", native_bf16, replace=True)
     OmegaConf.register_new_resolver("auto_workers", auto_workers, replace=True)
+    OmegaConf.register_new_resolver("cores_per_job", cores_per_job, replace=True)
     OmegaConf.register_new_resolver("sweep_dir", sweep_dir, replace=True)
     OmegaConf.register_new_resolver("optuna_storage", optuna_storage, replace=True)
     OmegaConf.register_new_resolver("beir_sets", _beir_sets, replace=True)

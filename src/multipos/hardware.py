@@ -36,6 +36,16 @@ def auto_workers() -> int:
     return min(4, max(1, (os.cpu_count() or 2) - 1)) if torch.cuda.is_available() else 0
 
 
+def cores_per_job(jobs: int) -> int:
+    """Torch threads for each of ``jobs`` runs side by side (``launcher=parallel``): this machine's cores shared
+    evenly, at least one (1 on the 2-core CPU; 8 each for two runs on 16 cores). Raises ValueError for ``jobs`` < 1."""
+    import os
+
+    if int(jobs) != jobs or jobs < 1:
+        raise ValueError(f"cores_per_job: a positive whole number of jobs, got {jobs!r}")
+    return max(1, (os.cpu_count() or 1) // int(jobs))
+
+
 def set_torch_threads(threads: int | None) -> str:
     """Give this process ``threads`` torch intra-op threads (config ``threads``; ``launcher=parallel`` sets 1 so that
     two runs share a 2-core CPU) → ``", <n> torch thread(s)"`` for the run's device description, or ``""`` when
