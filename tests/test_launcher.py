@@ -48,7 +48,7 @@ def test_threads_and_launcher_leave_the_config_hash_alone(tiny_beir, tiny_bert, 
     assert config_hash(plain) == config_hash(same)  # a study started one run at a time continues in parallel
 
 
-def test_a_parallel_sweep_trains_both_cells_with_one_thread_each(tiny_beir, tiny_bert, tmp_path):
+def test_a_parallel_sweep_trains_both_cells_sharing_the_cores(tiny_beir, tiny_bert, tmp_path):
     sweep = tmp_path / "sweep"
     overrides = [o for o in tiny_overrides(tiny_beir, tiny_bert, tmp_path) if not o.startswith("paths.output_dir=")]
     env = {**os.environ, "MULTIPOS_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
