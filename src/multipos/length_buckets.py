@@ -7,8 +7,8 @@ of each text (attention masks hide padding; pooling reads only attended position
 equal the padded batch's up to floating-point summation order — as a change of thread count would. Measured on the
 2-core AMD EPYC (2026-11-26, all-MiniLM-L6-v2 forward + backward, fp32): 1.3–1.5x at B = 64, 1.65x at B = 128, none
 at B = 32 and a loss below (parts of fewer than 16 texts run below the matrix kernels' efficient size), hence
-:data:`MIN_ROWS`; a whole query-side step over every corpus passage at B = 64: 1.34–1.41x (bench/bench_query_side.py). On an accelerator one padded batch is cheaper than several kernel launches: buckets apply on the
-CPU only. Config: ``length_buckets`` (conf/train.yaml; a speed setting that names no run, like ``threads``).
+:data:`MIN_ROWS`; a whole query-side step over every corpus passage at B = 64: 1.34–1.41x (bench/bench_query_side.py).
+On an accelerator one padded batch is cheaper than several kernel launches: buckets apply on the CPU only. Config: ``length_buckets`` (conf/train.yaml; a speed setting that names no run, like ``threads``).
 """
 
 from __future__ import annotations

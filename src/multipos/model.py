@@ -256,7 +256,6 @@ class DualEncoder(nn.Module):
 
     def _embed(self, encoder: nn.Module, tokens: dict[str, Tensor]) -> Tensor:
         if self.length_buckets > 1 and encoder.training:  # a training batch in length-sorted parts (CPU only)
-            tokens = {"input_ids": tokens["input_ids"], "attention_mask": tokens["attention_mask"]}
             return embed_in_length_buckets(lambda part: self._embed_padded(encoder, part), tokens, self.length_buckets)
         return self._embed_padded(encoder, tokens)
 
