@@ -8,21 +8,22 @@ each a forward, backward and AdamW step of all-MiniLM-L6-v2 (bf16 autocast where
 * ``query_side_corpus``: queries scored against every corpus passage, exact, in chunks
   (``passages.candidates=corpus``, :mod:`multipos.corpus_candidates`).
 
-Then, on batches of ``--bucket-batch`` queries (64: the main job's), ``query_side_corpus`` with one padded batch
-against the same step with the batch encoded in length-sorted parts (``length_buckets=4``,
-:mod:`multipos.length_buckets`; both encoders in training mode without dropout): ``length_buckets_speedup``.
+Then sequence packing (``pack_sequences=128``, :mod:`multipos.sequence_packing`) against one padded batch, both
+encoders in training mode without dropout: ``query_side_group`` on batches of 16 queries (the query-side studies')
+and ``query_side_corpus`` on batches of 64 (the main job's), ``--pack-batches``: ``packing_speedup_<side>_b<B>``.
 
 The index holds random unit vectors of the corpus's shape (timing does not depend on its values; encoding it is a
 one-off cost paid through the embedding cache, reported by training's log). The sides take turns on every batch
 (:func:`common.interleaved`), so machine load falls on all of them alike; results are ratios. Target: query-side
 ≥ 20× cheaper per training query than two-tower on the 2-core CPU. Appends to ``bench/results/speed.jsonl``.
 
-    python bench/bench_query_side.py [--batch 32 --group 8 --rounds 6 --bucket-batch 64]
+    python bench/bench_query_side.py [--batch 32 --group 8 --rounds 6 --pack-batches 16,64 --fp32]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 import time
 from pathlib import Path
@@ -63,10 +64,14 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--chunk-size", type=int, default=65536)
-    ap.add_argument("--bucket-batch", type=int, default=64, help="queries per batch of the length-buckets comparison")
+    ap.add_argument("--pack-batches", default="16,64",
+                    help="queries per batch of the packing comparisons: group candidates at the first, corpus at the second")
+    ap.add_argument("--fp32", action="store_true",
+                    help="no bf16 autocast (the query-side studies' CPU precision, size.query_side_precision)")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     device, bf16, data = bench_setup()
+    bf16 = bf16 and not args.fp32
     from multipos.corpus_candidates import corpus_scores, corpus_targets
     from multipos.retrieval.encoding import autocast_context
     from multipos.data.groups import group_masks
@@ -124,23 +129,25 @@ def main() -> None:
     res["two_tower_vs_query_side_group"] = round(t["two_tower"] / t["query_side_group"], 2)
     res["two_tower_vs_query_side_corpus"] = round(t["two_tower"] / t["query_side_corpus"], 2)
 
-    # length buckets at the main job's batch size: two training-mode encoders without dropout, same batches
-    def train_mode(buckets: int):
+    # sequence packing against one padded batch: two training-mode encoders without dropout, same batches
+    def train_mode(packing: int):
         model = DualEncoder(data.model, attention_dropout=0.0, hidden_dropout=0.0, query_max_length=32).to(device)
         model.freeze_passage_encoder()
         model.train()
-        model.length_buckets = buckets
-        return model, torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+        model.pack_sequences = packing
+        return model, torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5, fused=True)  # as training
 
-    nb = args.bucket_batch
-    big = [lookup_groups(data, ids, rng, (j * nb) % max(1, len(data.queries) - nb), nb, G) for j in range(args.rounds + 1)]
-    whole, parts = train_mode(1), train_mode(4)
-    tb = interleaved({"whole": lambda b: step(*whole, corpus, b), "buckets": lambda b: step(*parts, corpus, b)},
-                     big, warmup=1, device=device)
-    res["bucket_batch"] = nb
-    res["s_per_step_corpus_one_padded_batch"] = round(tb["whole"], 4)
-    res["s_per_step_corpus_length_buckets_4"] = round(tb["buckets"], 4)
-    res["length_buckets_speedup"] = round(tb["whole"] / tb["buckets"], 2)
+    padded, packed = train_mode(0), train_mode(128)
+    shuffled = dataclasses.replace(data, queries=rng.sample(data.queries, len(data.queries)))
+    for (name, loss), nb in zip((("group", group_lookup), ("corpus", corpus)),
+                                (int(b) for b in args.pack_batches.split(","))):
+        # random batches of the training queries, as a shuffled epoch draws them (lengths vary along the qrels order)
+        big = [lookup_groups(shuffled, ids, rng, j * nb, nb, G) for j in range(2 * args.rounds + 1)]
+        tp = interleaved({"padded": lambda b: step(*padded, loss, b), "packed": lambda b: step(*packed, loss, b)},
+                         big, warmup=1, device=device)
+        res[f"s_per_step_{name}_b{nb}_padded"] = round(tp["padded"], 4)
+        res[f"s_per_step_{name}_b{nb}_packed"] = round(tp["packed"], 4)
+        res[f"packing_speedup_{name}_b{nb}"] = round(tp["padded"] / tp["packed"], 2)
     res["wall_s"] = round(time.perf_counter() - start, 1)
     append_result(args.out, res)
 

@@ -13,7 +13,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from multipos import atomic
 from multipos.assets import ENCODER_SETTINGS_FILE, check_checkpoint_dir, resolve_model
-from multipos.length_buckets import embed_in_length_buckets
+from multipos.sequence_packing import encode_packed, packing_applies
 from multipos.lora import LoraSettings, add_adapters, has_adapters, merged_copy, save_adapter
 from multipos.st_format import POOLING_MODES, read_settings, write_side
 from multipos.tokenization import check_tokenizer, ensure_eos
@@ -183,9 +183,9 @@ class DualEncoder(nn.Module):
         if self.temperature <= 0:
             raise ValueError(f"model.temperature must be > 0, got {self.temperature}")
         self.query_max_length = query_max_length
-        #: training batches encoded in up to this many length-sorted parts (config ``length_buckets``, set by the
-        #: training driver; :mod:`multipos.length_buckets`): 1 = one padded batch
-        self.length_buckets = 1
+        #: training batches on a CPU encoded packed, rows of this many tokens (config ``pack_sequences``, set by the
+        #: training driver; :mod:`multipos.sequence_packing`): 0 = padded batches
+        self.pack_sequences = 0
         self.passage_max_length = passage_max_length
         self.name_or_path = path
         self.prefer_saved = prefer_saved
@@ -255,16 +255,18 @@ class DualEncoder(nn.Module):
         return self.query_encoder.config.hidden_size
 
     def _embed(self, encoder: nn.Module, tokens: dict[str, Tensor]) -> Tensor:
-        if self.length_buckets > 1 and encoder.training:  # a training batch in length-sorted parts (CPU only)
-            return embed_in_length_buckets(lambda part: self._embed_padded(encoder, part), tokens, self.length_buckets)
-        return self._embed_padded(encoder, tokens)
-
-    def _embed_padded(self, encoder: nn.Module, tokens: dict[str, Tensor]) -> Tensor:
-        out = encoder(input_ids=tokens["input_ids"], attention_mask=tokens["attention_mask"])
-        emb = pool(out.last_hidden_state, tokens["attention_mask"], self.pooling)
+        if (self.pack_sequences and encoder.training
+                and packing_applies(encoder, tokens, self.pooling, self._pooled_padded)):  # CPU training batches
+            emb = encode_packed(encoder, tokens, self.pooling, self.pack_sequences)
+        else:
+            emb = self._pooled_padded(encoder, tokens)
         if self.normalize:
             emb = nn.functional.normalize(emb.float(), dim=-1)
         return emb
+
+    def _pooled_padded(self, encoder: nn.Module, tokens: dict[str, Tensor]) -> Tensor:
+        out = encoder(input_ids=tokens["input_ids"], attention_mask=tokens["attention_mask"])
+        return pool(out.last_hidden_state, tokens["attention_mask"], self.pooling)
 
     def encode_queries(self, tokens: dict[str, Tensor]) -> Tensor:
         """Query embeddings [B, H] from tokenizer output (``input_ids``, ``attention_mask`` [B, Lq])."""

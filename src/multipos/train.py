@@ -39,7 +39,7 @@ from multipos import atomic
 from multipos.assets import cache_dir
 from multipos.distributed import check_launch, device_description, is_rank_zero, trainer_world_size
 from multipos.hardware import set_torch_threads
-from multipos.length_buckets import check_length_buckets
+from multipos.sequence_packing import check_pack_sequences
 from multipos.runs.lifecycle import close_run, open_run
 from multipos.evaluation.runner import Evaluation
 from multipos.fit import run_stage
@@ -93,7 +93,7 @@ def train(cfg: DictConfig) -> dict | None:
     check_passages(cfg.get("passages"))
     zero = is_rank_zero()
     threads = set_torch_threads(cfg.get("threads"))
-    buckets = check_length_buckets(cfg.get("length_buckets", 1))  # a speed setting, like threads
+    packing = check_pack_sequences(cfg.get("pack_sequences"))  # a speed setting, like threads
     run = open_run(cfg, out, stages, writer=zero, device=device_description() + threads, started=start)
     if run.done:  # finished here before, or copied from an equivalent run
         return run.metrics
@@ -104,7 +104,7 @@ def train(cfg: DictConfig) -> dict | None:
     steps = [datamodule.steps_per_epoch(s.regime, world) * s.epochs if s.epochs else 0 for s in stages]  # data errors here
     spans = schedule_spans(stages, steps)
     model = instantiate(cfg.model, **weights)  # checkpoint and tokenizer errors, before anything is written
-    model.length_buckets = buckets
+    model.pack_sequences = packing
     datamodule.use_encoder_inputs(model)  # its tokenizer and prompts
     evaluation = Evaluation.from_config(cfg)  # the sets: their errors, too, before anything is written
     index = None
