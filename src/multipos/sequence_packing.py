@@ -18,8 +18,8 @@ padded batch once per encoder (:func:`packing_applies`: an architecture that der
 RoBERTa's offset ones, fails that check and keeps padded batches, with a warning).
 
 Measured by ``bench/bench_query_side.py --fp32`` on the 2-core AMD EPYC (2026-11-26, all-MiniLM-L6-v2, random
-batches of NFCorpus training queries, forward + backward + fused AdamW, capacity 128): a query-side step 1.33x faster
-at B = 16 (group candidates) and 1.95x at B = 64 (every corpus passage a candidate) than with one padded batch; the
+batches of NFCorpus training queries, forward + backward + fused AdamW, capacity 128): a query-side step 1.40x faster
+at B = 16 (group candidates) and 1.98x at B = 64 (every corpus passage a candidate) than with one padded batch; the
 retired length buckets (length-sorted parts, each padded to its own longest) gave nothing at B = 16, 1.34-1.41x at 64.
 On an accelerator one padded batch stays the layout (packing is applied on the CPU only). Config:
 ``pack_sequences`` (conf/train.yaml; a speed setting that names no run, like ``threads``).
