@@ -30,6 +30,15 @@ TOPICS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _fresh_reference_memo():
+    """Each test computes its own floor rows (multipos.evaluation.runner keeps them per process, across runs)."""
+    from multipos.evaluation import runner
+
+    runner._REFERENCE_MEMO.clear()
+    yield
+
+
 @pytest.fixture(scope="session")
 def tiny_beir(tmp_path_factory) -> Path:
     """A BEIR folder with 5 topics × 8 passages, 10 queries, graded train qrels (2 gold / 1 silver)

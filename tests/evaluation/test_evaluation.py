@@ -91,3 +91,40 @@ def test_format_plain_is_the_jobs_results_table():
     ]
     # short names: columns are at least 14 wide; no references → only "this run"
     assert format_plain({"a": {"m": 1.0}}, {}) == "system                 a:m\nthis run            1.0000"
+
+
+def test_reference_rows_are_computed_once_per_process_for_the_same_model_and_sets(tiny_beir, tiny_bert, tmp_path,
+                                                                                monkeypatch):
+    import multipos.evaluation.runner as runner
+    from multipos.evaluation.runner import Evaluation
+    from multipos.model import DualEncoder
+
+    monkeypatch.setattr(runner, "_REFERENCE_MEMO", {})
+    calls = []
+    dense, bm25 = runner.dense_run, runner.bm25_run
+    monkeypatch.setattr(runner, "dense_run", lambda *a, **k: calls.append("dense") or dense(*a, **k))
+    monkeypatch.setattr(runner, "bm25_run", lambda *a, **k: calls.append("bm25") or bm25(*a, **k))
+    ev = Evaluation(validation=None, test_sets=[EvalSet("tiny", str(tiny_beir), split="test")],
+                    retrieval=dict(k=10, batch_size=8, bf16=False, passage_max_length=32, index="flat", index_options={}))
+    model = DualEncoder(str(tiny_bert))
+    first = ev.reference_rows(model, out=tmp_path / "a")
+    assert calls == ["dense", "bm25"]
+    again = ev.reference_rows(DualEncoder(str(tiny_bert)), out=tmp_path / "b")  # same weights, another run folder
+    assert calls == ["dense", "bm25"] and again == first
+    files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
+    assert files and files == sorted(p.relative_to(tmp_path / "b") for p in (tmp_path / "b").rglob("*") if p.is_file())
+    for f in files:
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes()
+    again["bm25"]["tiny"]["ndcg@10"] = -1.0  # callers get their own copy
+    assert ev.reference_rows(model)["bm25"]["tiny"]["ndcg@10"] == first["bm25"]["tiny"]["ndcg@10"]
+    other = DualEncoder(str(tiny_bert))
+    import torch
+
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(0.01)
+    ev.reference_rows(other, out=tmp_path / "c")  # other weights: computed again
+    assert calls == ["dense", "bm25", "dense", "bm25"]
+    ev.tag = "other-run"
+    ev.reference_rows(model, out=tmp_path / "d")  # another run tag (written into the TREC runs): computed again
+    assert calls[-2:] == ["dense", "bm25"] and len(calls) == 6

@@ -15,8 +15,11 @@ Files written into a run directory ``out``:
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
 import logging
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +34,10 @@ from multipos.retrieval.dense import dense_run
 from multipos.data.trec import write_run
 
 log = logging.getLogger(__name__)
+
+#: Floor rows this process has computed (:meth:`Evaluation.reference_rows`): key → (rows, the folder their files went
+#: to, or None). The runs of a sweep share the zero-shot model and the sets, so each process computes them once.
+_REFERENCE_MEMO: dict[str, tuple[dict, Path | None]] = {}
 
 
 def score_set(es: EvalSet, run, data, out: Path | None, tag: str) -> dict:
@@ -112,9 +119,19 @@ class Evaluation:
                        sets: list[EvalSet] | None = None) -> dict:
         """Floor rows on ``sets`` (default :attr:`sets`): ``bm25`` and, when ``zero_shot_model`` (an
         un-fine-tuned encoder, e.g. the starting checkpoint) is given, ``zero-shot``. Embeddings are cached across
-        runs. With ``out``, each row's runs and per-query values go to ``out/<row>/`` (:func:`score_set`, for paired
+        runs, and the rows themselves within a process: a later call with the same zero-shot model (by weights), sets,
+        retrieval settings and tag returns the first call's rows and copies its files into ``out`` (a sweep's runs
+        compute them once per process). With ``out``, each row's runs and per-query values go to ``out/<row>/`` (:func:`score_set`, for paired
         tests against the floor rows). Returns {row: {result name: {metric: value}}} (average rows: :meth:`write`)."""
         sets = self.sets if sets is None else sets
+        key = self._reference_key(zero_shot_model, sets)
+        known = _REFERENCE_MEMO.get(key)
+        if known is not None and (out is None or (known[1] is not None and known[1].is_dir())):
+            if out is not None and known[1] != out:
+                shutil.copytree(known[1], out, dirs_exist_ok=True)  # the same runs and per-query files
+            log.info("reference rows: the ones this process computed for the same zero-shot model and sets (%s)",
+                     known[1] or "not written")
+            return copy.deepcopy(known[0])
         zero_shot = None
         if zero_shot_model is not None:
             zero_shot = self.evaluate(zero_shot_model, out / "zero-shot" if out is not None else None, cache_dir(), sets)
@@ -126,7 +143,16 @@ class Evaluation:
         refs = {"bm25": bm25}
         if zero_shot is not None:
             refs["zero-shot"] = zero_shot
+        _REFERENCE_MEMO[key] = (copy.deepcopy(refs), out)
         return refs
+
+    def _reference_key(self, zero_shot_model, sets: list[EvalSet]) -> str:
+        """What the floor rows depend on: the zero-shot model's weights and settings
+        (:meth:`multipos.model.DualEncoder.fingerprint`, both sides; its query length), the sets, the retrieval settings and the tag."""
+        fingerprint = zero_shot_model.fingerprint(include_query=True) if zero_shot_model is not None else None
+        length = getattr(zero_shot_model, "query_max_length", None)
+        what = [fingerprint, length, [repr(es) for es in sets], self.retrieval, self.tag]
+        return hashlib.sha1(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
 
     def write(self, out: Path, results: dict, refs: dict | None = None, extra_lines: list[str] | None = None,
               sets: list[EvalSet] | None = None) -> str:
