@@ -124,3 +124,43 @@ def test_save_refuses_to_replace_a_folder_that_is_not_a_model(tiny_bert, tmp_pat
     with pytest.raises(FileExistsError, match="not a saved model"):
         DualEncoder(str(tiny_bert)).save_pretrained(tmp_path)
     assert (tmp_path / "notes.txt").read_text() == "not a model"
+
+
+def test_query_side_runs_store_the_frozen_passage_encoder_once(tiny_bert, tmp_path):
+    import os
+
+    from multipos.assets import cache_dir
+
+    saved = []
+    for run in ("a", "b"):
+        model = DualEncoder(str(tiny_bert), pooling="mean")
+        model.freeze_passage_encoder()
+        with torch.no_grad():
+            next(model.query_encoder.parameters()).add_(0.1 if run == "a" else 0.2)  # trained query sides differ
+        model.save_pretrained(tmp_path / run / "model")
+        saved.append(tmp_path / run / "model")
+    a, b = (m / "passage_encoder" / "model.safetensors" for m in saved)
+    assert os.path.samefile(a, b) and os.stat(a).st_nlink >= 3  # both runs and the store: one copy on the disk
+    assert any(os.path.samefile(a, f) for f in (cache_dir() / "frozen_passage_encoders").iterdir())
+    assert not os.path.samefile(*(m / "query_encoder" / "model.safetensors" for m in saved))
+    reloaded = DualEncoder(str(saved[1]))
+    start = DualEncoder(str(tiny_bert))
+    for (name, p), q in zip(reloaded.passage_encoder.state_dict().items(), start.query_encoder.state_dict().values()):
+        torch.testing.assert_close(p, q, msg=name)
+
+
+def test_share_identical_links_equal_files_and_leaves_others(tmp_path):
+    import os
+
+    from multipos import atomic
+
+    store = tmp_path / "store"
+    for name, data in (("x.bin", b"same"), ("y.bin", b"same"), ("z.bin", b"other")):
+        atomic.write_bytes(tmp_path / name, data)
+        assert atomic.share_identical(tmp_path / name, store)
+    assert os.path.samefile(tmp_path / "x.bin", tmp_path / "y.bin")
+    assert not os.path.samefile(tmp_path / "x.bin", tmp_path / "z.bin")
+    assert sorted(p.read_bytes() for p in store.iterdir()) == [b"other", b"same"]
+    assert (tmp_path / "y.bin").read_bytes() == b"same"
+    assert not atomic.share_identical(tmp_path / "x.bin", tmp_path / "z.bin" / "not-a-folder")  # no store: left as is
+    assert (tmp_path / "x.bin").read_bytes() == b"same"

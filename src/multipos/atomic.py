@@ -15,7 +15,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["AtomicCheckpointIO", "load_checkpoint", "writer", "write_text", "write_json", "write_bytes", "replace_dir", "temp_path"]
+__all__ = ["AtomicCheckpointIO", "load_checkpoint", "writer", "write_text", "write_json", "write_bytes", "replace_dir", "temp_path",
+           "share_identical"]
 
 
 def temp_path(path: str | os.PathLike) -> Path:
@@ -88,6 +89,38 @@ def replace_dir(path: str | os.PathLike) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, path)
+
+
+def share_identical(path: str | os.PathLike, store: str | os.PathLike) -> bool:
+    """Store the content of the written file ``path`` once: when ``store`` holds a file with the same SHA-256,
+    ``path`` becomes a hard link to it (swapped in atomically: a reader sees the old file or the link, both the same
+    bytes); otherwise ``path`` is linked into ``store`` for the next writer. The file stays a plain file wherever it
+    is read (a run folder copied or archived keeps its bytes), only the disk holds it once — for files written
+    identically by many runs, as the frozen passage encoder of every query-side run (90 MB for MiniLM).
+
+    Returns True when ``path`` now shares its storage with the store's copy; False where hard links are not
+    possible (another file system, a read-only store): ``path`` is then left as written."""
+    import hashlib
+
+    path, store = Path(path), Path(store)
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    stored = store / f"{h.hexdigest()}{path.suffix}"
+    try:
+        store.mkdir(parents=True, exist_ok=True)
+        if not stored.exists():
+            os.link(path, stored)
+            return True
+        if os.path.samefile(stored, path):
+            return True
+        tmp = temp_path(path)
+        os.link(stored, tmp)
+        os.replace(tmp, path)
+        return True
+    except OSError:
+        return False
 
 
 def load_checkpoint(path: str | os.PathLike, map_location=None) -> dict:

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from transformers import AutoModel, AutoTokenizer
 
 from multipos import atomic
-from multipos.assets import ENCODER_SETTINGS_FILE, check_checkpoint_dir, resolve_model
+from multipos.assets import ENCODER_SETTINGS_FILE, cache_dir, check_checkpoint_dir, resolve_model
 from multipos.sequence_packing import encode_packed, packing_applies
 from multipos.lora import LoraSettings, add_adapters, has_adapters, merged_copy, save_adapter
 from multipos.st_format import POOLING_MODES, read_settings, write_side
@@ -309,6 +309,10 @@ class DualEncoder(nn.Module):
         itself is not. Pooling, normalisation, τ, ``shared`` and the prompts go to ``multipos_encoder.json``; the
         prompts also to each side's sentence-transformers ``prompts`` (:func:`multipos.st_format.write_side`).
 
+        A frozen passage encoder (query-side fine-tuning) writes the starting weights that every query-side run
+        writes: its ``*.safetensors`` are hard links into ``<cache>/frozen_passage_encoders/`` where the file system
+        allows (:func:`multipos.atomic.share_identical`; plain files to every reader, stored once on the disk).
+
         The folder is written to ``<path>.tmp-<pid>`` and renamed to ``path`` when complete (an existing
         ``path`` is moved aside first and removed afterwards; :func:`multipos.atomic.replace_dir`), so ``path``
         is never a half-written model.
@@ -326,6 +330,9 @@ class DualEncoder(nn.Module):
             else:
                 self._save_side(tmp / "query_encoder", self.query_encoder, self.query_max_length)
                 self._save_side(tmp / "passage_encoder", self.passage_encoder, self.passage_max_length)
+                if self.passage_frozen:  # the starting weights, the same in every query-side run: stored once
+                    for weights in (tmp / "passage_encoder").glob("*.safetensors"):
+                        atomic.share_identical(weights, cache_dir() / "frozen_passage_encoders")
             meta = {"pooling": self.pooling, "normalize": self.normalize, "temperature": self.temperature,
                     "shared": self.shared, "query_prompt": self.query_prompt, "passage_prompt": self.passage_prompt}
             atomic.write_json(tmp / _CONFIG_FILE, meta)
