@@ -155,7 +155,8 @@ def pool_packed(hidden: Tensor, packed: PackedBatch, pooling: str) -> Tensor:
         sums = hidden.new_zeros(packed.lengths.shape[0], hidden.shape[-1]).index_add(
             0, packed.segment[real], hidden[real])
         return sums / packed.lengths.to(hidden.dtype)[:, None]
-    raise ValueError(f"pack_sequences: pooling {pooling!r} cannot be packed; packable: {', '.join(PACKABLE_POOLINGS)}")
+    raise ValueError(f"pack_sequences: pooling {pooling!r} cannot be packed; "
+                     f"packable: {', '.join(PACKABLE_POOLINGS)}")
 
 
 def _mask_kind(encoder: nn.Module) -> str | None:
@@ -180,7 +181,8 @@ def encode_packed(encoder: nn.Module, tokens: dict[str, Tensor], pooling: str, c
     if kind is None:
         raise ValueError("pack_sequences: the encoder's attention implementation takes no 4D mask (sdpa or eager)")
     if pooling not in PACKABLE_POOLINGS:
-        raise ValueError(f"pack_sequences: pooling {pooling!r} cannot be packed; packable: {', '.join(PACKABLE_POOLINGS)}")
+        raise ValueError(f"pack_sequences: pooling {pooling!r} cannot be packed; "
+                         f"packable: {', '.join(PACKABLE_POOLINGS)}")
     packed = pack(tokens, capacity)
     dtype = next(encoder.parameters()).dtype
     kwargs = {"input_ids": packed.input_ids, "position_ids": packed.position_ids,

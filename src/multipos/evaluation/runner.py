@@ -119,10 +119,10 @@ class Evaluation:
                        sets: list[EvalSet] | None = None) -> dict:
         """Floor rows on ``sets`` (default :attr:`sets`): ``bm25`` and, when ``zero_shot_model`` (an
         un-fine-tuned encoder, e.g. the starting checkpoint) is given, ``zero-shot``. Embeddings are cached across
-        runs, and the rows themselves within a process: a later call with the same zero-shot model (by weights), sets,
-        retrieval settings and tag returns the first call's rows and copies its files into ``out`` (a sweep's runs
-        compute them once per process). With ``out``, each row's runs and per-query values go to ``out/<row>/`` (:func:`score_set`, for paired
-        tests against the floor rows). Returns {row: {result name: {metric: value}}} (average rows: :meth:`write`)."""
+        runs, and the rows themselves within a process: a later call with the same zero-shot model (by weights),
+        sets, retrieval settings and tag returns the first call's rows and copies its files into ``out`` (a sweep's
+        runs compute them once per process). With ``out``, each row's runs and per-query values go to
+        ``out/<row>/`` (:func:`score_set`, for paired tests against the floor rows). Returns {row: {result name: {metric: value}}} (average rows: :meth:`write`)."""
         sets = self.sets if sets is None else sets
         key = self._reference_key(zero_shot_model, sets)
         known = _REFERENCE_MEMO.get(key)
@@ -148,7 +148,8 @@ class Evaluation:
 
     def _reference_key(self, zero_shot_model, sets: list[EvalSet]) -> str:
         """What the floor rows depend on: the zero-shot model's weights and settings
-        (:meth:`multipos.model.DualEncoder.fingerprint`, both sides; its query length), the sets, the retrieval settings and the tag."""
+        (:meth:`multipos.model.DualEncoder.fingerprint`, both sides; its query length), the sets, the retrieval
+        settings and the tag."""
         fingerprint = zero_shot_model.fingerprint(include_query=True) if zero_shot_model is not None else None
         length = getattr(zero_shot_model, "query_max_length", None)
         what = [fingerprint, length, [repr(es) for es in sets], self.retrieval, self.tag]
