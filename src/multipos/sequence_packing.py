@@ -175,14 +175,11 @@ def _takes_positions(encoder: nn.Module) -> bool:
 def encode_packed(encoder: nn.Module, tokens: dict[str, Tensor], pooling: str, capacity: int) -> Tensor:
     """Pooled embeddings [B, H] of a right-padded batch ([B, L]) encoded packed (:func:`pack`, :func:`pool_packed`).
 
-    Raises ValueError for an encoder without a 4D-mask attention implementation (``sdpa`` or ``eager``), a pooling
-    other than ``cls`` / ``mean``, or a batch not padded on the right."""
+    Raises ValueError for an encoder without a 4D-mask attention implementation (``sdpa`` or ``eager``), a batch not
+    padded on the right, or a pooling other than ``cls`` / ``mean`` (:func:`pool_packed`)."""
     kind = _mask_kind(encoder)
     if kind is None:
         raise ValueError("pack_sequences: the encoder's attention implementation takes no 4D mask (sdpa or eager)")
-    if pooling not in PACKABLE_POOLINGS:
-        raise ValueError(f"pack_sequences: pooling {pooling!r} cannot be packed; "
-                         f"packable: {', '.join(PACKABLE_POOLINGS)}")
     packed = pack(tokens, capacity)
     dtype = next(encoder.parameters()).dtype
     kwargs = {"input_ids": packed.input_ids, "position_ids": packed.position_ids,

@@ -122,7 +122,8 @@ class Evaluation:
         runs, and the rows themselves within a process: a later call with the same zero-shot model (by weights),
         sets, retrieval settings and tag returns the first call's rows and copies its files into ``out`` (a sweep's
         runs compute them once per process). With ``out``, each row's runs and per-query values go to
-        ``out/<row>/`` (:func:`score_set`, for paired tests against the floor rows). Returns {row: {result name: {metric: value}}} (average rows: :meth:`write`)."""
+        ``out/<row>/`` (:func:`score_set`, for paired tests against the floor rows). Returns
+        {row: {result name: {metric: value}}} (average rows: :meth:`write`)."""
         sets = self.sets if sets is None else sets
         key = self._reference_key(zero_shot_model, sets)
         known = _REFERENCE_MEMO.get(key)

@@ -27,9 +27,10 @@ __all__ = ["VOLATILE_KEYS", "SEED_FREE_KEYS", "NOT_COMPUTED", "IGNORED_BY_SINGLE
            "equivalence_key"]
 
 #: Config keys that do not change what a run computes (paths, report layout, study name and CPU size, resume and
-#: reuse switches, the speed settings ``threads`` and ``pack_sequences``, and ``length_buckets``, retired): left out of the config hash. Hydra's ``override_dirname.exclude_keys`` (conf/hydra/default.yaml)
-#: is a different list on purpose: it names *command-line overrides* left out of a sweep cell's folder name, among
-#: them ``experiment``, ``scale`` and ``fine_tuning``, which do change the computation but name the sweep folder.
+#: reuse switches, the speed settings ``threads`` and ``pack_sequences``, and ``length_buckets``, retired): left out
+#: of the config hash. Hydra's ``override_dirname.exclude_keys`` (conf/hydra/default.yaml) is a different list on
+#: purpose: it names *command-line overrides* left out of a sweep cell's folder name, among them ``experiment``,
+#: ``scale`` and ``fine_tuning``, which do change the computation but name the sweep folder.
 VOLATILE_KEYS = ("paths", "resume", "hydra", "report", "experiment_name", "size", "reuse_equivalent", "threads",
                  "pack_sequences", "length_buckets")
 #: Keys on which the seeds of one configuration may differ (report rows): :data:`VOLATILE_KEYS` and ``seed``.
