@@ -11,6 +11,8 @@ each a forward, backward and AdamW step of all-MiniLM-L6-v2 (bf16 autocast where
 Then sequence packing (``pack_sequences=128``, :mod:`multipos.sequence_packing`) against one padded batch, both
 encoders in training mode without dropout: ``query_side_group`` on batches of 16 queries (the query-side studies')
 and ``query_side_corpus`` on batches of 64 (the main job's), ``--pack-batches``: ``packing_speedup_<side>_b<B>``.
+Then row-sparse word-embedding gradients (:mod:`multipos.embedding_gradients`) against the dense backward, both
+packed, with gradient clipping, on the group batches: ``embedding_grad_speedup_group_b<B>``.
 
 The index holds random unit vectors of the corpus's shape (timing does not depend on its values; encoding it is a
 one-off cost paid through the embedding cache, reported by training's log). The sides take turns on every batch
@@ -148,6 +150,30 @@ def main() -> None:
         res[f"s_per_step_{name}_b{nb}_padded"] = round(tp["padded"], 4)
         res[f"s_per_step_{name}_b{nb}_packed"] = round(tp["packed"], 4)
         res[f"packing_speedup_{name}_b{nb}"] = round(tp["padded"] / tp["packed"], 2)
+
+    # row-sparse word-embedding gradients (multipos.embedding_gradients, applied by CPU training) against the dense
+    # backward: packed batches of the query-side studies' size, gradient clipping as training does
+    from multipos.embedding_gradients import RowSparseEmbeddingGrads
+
+    dense, sparse = train_mode(128), train_mode(128)
+    RowSparseEmbeddingGrads([sparse[0].query_encoder])
+
+    def clipped_step(model, opt, groups):
+        opt.zero_grad()
+        with autocast_context(device, bf16):
+            q = model.encode_queries({k: v.to(device) for k, v in model.tokenize([g.query for g in groups], "query").items()})
+            loss = group_lookup(model, q, groups)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
+        opt.step()
+
+    nb = int(args.pack_batches.split(",")[0])
+    small = [lookup_groups(shuffled, ids, rng, j * nb, nb, G) for j in range(2 * args.rounds + 1)]
+    te = interleaved({"dense": lambda b: clipped_step(*dense, b), "row_sparse": lambda b: clipped_step(*sparse, b)},
+                     small, warmup=1, device=device)
+    res[f"s_per_step_group_b{nb}_dense_embedding_grad"] = round(te["dense"], 4)
+    res[f"s_per_step_group_b{nb}_row_sparse_embedding_grad"] = round(te["row_sparse"], 4)
+    res[f"embedding_grad_speedup_group_b{nb}"] = round(te["dense"] / te["row_sparse"], 2)
     res["wall_s"] = round(time.perf_counter() - start, 1)
     append_result(args.out, res)
 

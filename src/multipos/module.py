@@ -13,6 +13,7 @@ import torch
 from multipos import distributed
 from multipos.corpus_candidates import corpus_scores, corpus_targets
 from multipos.data.datamodule import Batch
+from multipos.embedding_gradients import RowSparseEmbeddingGrads
 from multipos.grad_cache import grad_cache_step
 from multipos.losses import HARDEST_NEGATIVE, ContrastiveLoss
 from multipos.model import DualEncoder
@@ -195,6 +196,20 @@ class RetrieverModule(L.LightningModule):
         if scheduler is not None:
             scheduler.step()
         return loss, extra
+
+    def on_fit_start(self) -> None:
+        """CPU training in one process: the trained encoders' word embeddings get row-sparse gradients written
+        into a kept dense buffer (:mod:`multipos.embedding_gradients`; the same gradient, bit for bit, without a
+        fresh vocabulary-sized matrix each step). A shared encoder keeps the dense backward (its embedding is
+        looked up twice a step, and the two sums would round differently)."""
+        if self.device.type == "cpu" and self.trainer.world_size == 1 and not self.model.shared:
+            self._embedding_grads = RowSparseEmbeddingGrads([self.model.query_encoder, self.model.passage_encoder])
+
+    def teardown(self, stage: str) -> None:
+        """The dense embedding backward again once ``fit`` ends, normally or not (Lightning calls this either way)."""
+        if getattr(self, "_embedding_grads", None) is not None:
+            self._embedding_grads.remove()
+            self._embedding_grads = None
 
     def on_before_optimizer_step(self, optimizer) -> None:
         """Under GradCache, clip the gradients here (``gradient_clip_val``): Lightning calls this hook after

@@ -84,7 +84,8 @@ def encode(
 ) -> np.ndarray:
     """Embed ``texts`` → float32 array [len(texts), H], in input order.
 
-    Texts are sorted by length (characters) so each batch pads little; ``kind`` selects the query
+    Texts are sorted by length (characters, then tokens within each tokenised window of ``batch_size`` ×
+    ``TOKENIZE_BATCHES`` texts) so each batch pads little; ``kind`` selects the query
     or passage encoder and default truncation length. Runs under ``torch.inference_mode`` and,
     with ``bf16``, bf16 autocast (embeddings match fp32 to cosine ≥ 0.9999 on MiniLM); ``bf16=None``
     uses it only where bf16 is native (:func:`multipos.auto_precision`: emulated bf16 on a CPU without
@@ -123,6 +124,11 @@ def encode(
             for first in range(0, len(texts), window):
                 idx = order[first : first + window]
                 tokens = model.tokenize([texts[i] for i in idx], kind=kind, max_length=max_length)
+                # within the window, by length in tokens: characters predict it poorly (TREC DL 2019 passages,
+                # batches of 64: 1.45 tokens through the encoder per real token sorted by characters, 1.06 so)
+                by_tokens = torch.argsort(tokens["attention_mask"].sum(1), descending=True, stable=True)
+                idx = idx[by_tokens.numpy()]
+                tokens = {k: v[by_tokens] for k, v in tokens.items()}
                 embs = []
                 for start in range(0, len(idx), batch_size):
                     batch = trim_padding({k: v[start : start + batch_size] for k, v in tokens.items()}, side)
