@@ -264,3 +264,24 @@ def test_encode_in_tokenizer_windows_equals_one_tokenizer_call_per_batch(model, 
         monkeypatch.setattr(encoding, "TOKENIZE_BATCHES", batches)
         got = encode(model, texts, "passage", batch_size=4, bf16=False, progress=False, device=None)
         np.testing.assert_array_equal(got, expected)
+
+
+def test_batches_are_sorted_by_tokens_within_each_window(model, corpus, monkeypatch):
+    """Characters predict token counts poorly; within a tokenised window the texts are re-sorted by tokens, so the
+    rows reach the encoder longest first and each batch pads only to its own longest."""
+    _, texts = corpus
+    texts = [t if i % 3 else t.replace(" ", "") for i, t in enumerate(texts)]  # long in characters, few tokens
+    lengths, real = [], model.encode_passages
+
+    def spy(tokens):
+        lengths.append(tokens["attention_mask"].sum(1).tolist())
+        assert tokens["attention_mask"][:, -1].any()  # no all-padding column
+        return real(tokens)
+
+    monkeypatch.setattr(model, "encode_passages", spy)
+    monkeypatch.setattr(encoding, "TOKENIZE_BATCHES", 100)  # one window
+    encode(model, texts, "passage", batch_size=4, bf16=False, progress=False, device=None)
+    rows = [n for batch in lengths for n in batch]
+    assert len(rows) == len(texts) and rows == sorted(rows, reverse=True)
+    by_chars = model.tokenize([texts[i] for i in np.argsort([-len(t) for t in texts], kind="stable")], kind="passage")
+    assert by_chars["attention_mask"].sum(1).tolist() != rows  # the character order alone is not token order
