@@ -128,3 +128,40 @@ def test_reference_rows_are_computed_once_per_process_for_the_same_model_and_set
     ev.tag = "other-run"
     ev.reference_rows(model, out=tmp_path / "d")  # another run tag (written into the TREC runs): computed again
     assert calls[-2:] == ["dense", "bm25"] and len(calls) == 6
+
+
+def _raw_ranx(qrels, run, metrics):
+    from ranx import Qrels as RQrels, Run as RRun, evaluate
+
+    return evaluate(RQrels(qrels), RRun(run), list(metrics), make_comparable=True)
+
+
+def test_fixed_width_ids_give_ranx_s_metrics_on_the_raw_ids_ties_included():
+    from multipos.evaluation.metrics import fixed_width_ids
+
+    rng = np.random.default_rng(0)
+    ids = [f"doc-{i}" if i % 3 else f"{i}" for i in range(60)]  # ids of several lengths
+    qrels = {f"q{j}": {ids[i]: int(rng.integers(1, 3)) for i in rng.choice(60, 4, replace=False)} for j in range(25)}
+    run = {f"q{j}": {ids[i]: float(rng.integers(0, 4)) for i in rng.choice(60, 30, replace=False)}  # many tied scores
+           for j in range(25)}
+    q, r = fixed_width_ids(qrels, run)
+    assert {len(d) for docs in [*q.values(), *r.values()] for d in docs} == {10}
+    assert [list(v.values()) for v in r.values()] == [list(v.values()) for v in run.values()]  # order kept
+    metrics = ("ndcg@10", "mrr@10", "recall@20", "precision@5")
+    assert _raw_ranx(q, r, metrics) == _raw_ranx(qrels, run, metrics)
+
+
+def test_sets_with_other_id_lengths_compile_nothing_new_in_ranx():
+    """ranx compiles its functions once per id width; the fixed-width codes give every set the same one."""
+    import ranx.data_structures.common as common
+
+    def signatures():
+        return sum(len(f.signatures) for f in vars(common).values() if hasattr(f, "signatures"))
+
+    for width in (3, 12, 7):
+        qrels = {"q1": {"d".ljust(width, "x"): 1}, "q2": {"e".ljust(width, "y"): 2}}
+        run = {"q1": {"d".ljust(width, "x"): 0.5, "z".ljust(width, "z"): 0.9}, "q2": {"e".ljust(width, "y"): 0.1}}
+        evaluate_run(qrels, run, ("ndcg@10", "recall@100"))
+        if width == 3:
+            compiled = signatures()
+    assert signatures() == compiled

@@ -34,6 +34,32 @@ def _ranx_name(metric: str) -> str:
     return "hit_rate" + metric[3:] if metric.startswith("acc@") else metric
 
 
+#: Digits of the passage-id codes handed to ranx (:func:`fixed_width_ids`): up to 10^10 distinct ids.
+ID_WIDTH = 10
+
+
+def fixed_width_ids(qrels: Qrels, run: Run) -> tuple[Qrels, Run]:
+    """The same qrels and run with every passage id replaced by a code of :data:`ID_WIDTH` digits (one code per
+    distinct id, shared by both; insertion order kept).
+
+    ranx stores passage ids as numpy strings as wide as the longest id, and numba compiles its conversion and
+    metric functions once per width: every set with another id length (NFCorpus's ``MED-10``, TREC DL's
+    ``7067032``) paid a new JIT, 12-19 s on the 2-core CPU (2026-11-26). With one width ranx compiles once per
+    machine (its numba cache). ranx matches ids by hash and orders ties by position, never by the id's text, so
+    the metrics are unchanged (tests/evaluation/test_evaluation.py).
+    """
+    codes: dict[str, str] = {}
+
+    def code(pid: str) -> str:
+        c = codes.get(pid)
+        if c is None:
+            c = codes[pid] = str(len(codes)).zfill(ID_WIDTH)
+        return c
+
+    return ({qid: {code(d): g for d, g in docs.items()} for qid, docs in qrels.items()},
+            {qid: {code(d): s for d, s in docs.items()} for qid, docs in run.items()})
+
+
 def evaluate_run(qrels: Qrels, run: Run, metrics=DEFAULT_METRICS, relevance_threshold: int = 1,
                  per_query: bool = False):
     """Score ``run`` against ``qrels`` with ranx.
@@ -61,6 +87,7 @@ def evaluate_run(qrels: Qrels, run: Run, metrics=DEFAULT_METRICS, relevance_thre
         r = {qid: (run.get(qid) or {}) for qid in q}
         # ranx needs at least one hit per query; an empty result scores 0 on every metric.
         r = {qid: (docs if docs else {"__none__": 0.0}) for qid, docs in r.items()}
+        q, r = fixed_width_ids(q, r)
         rq, rr = RQrels(q), RRun(r)
         ranx_names = [_ranx_name(m) for m in names]
         scores = evaluate(rq, rr, ranx_names, make_comparable=True)
