@@ -97,12 +97,14 @@ def main() -> None:
     index = torch.nn.functional.normalize(torch.randn(len(ids), 384, generator=gen), dim=-1).to(device)
     tt, qg, qc = encoder(False), encoder(True), encoder(True)
 
-    def step(model, opt, loss_fn, groups):
+    def step(model, opt, loss_fn, groups, clip: float | None = None):
         opt.zero_grad()
         with autocast_context(device, bf16):
             q = model.encode_queries({k: v.to(device) for k, v in model.tokenize([g.query for g in groups], "query").items()})
             loss = loss_fn(model, q, groups)
         loss.backward()
+        if clip is not None:  # as training clips (trainer.gradient_clip_val)
+            torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], clip)
         opt.step()
 
     def two_tower(model, q, groups):
@@ -158,18 +160,10 @@ def main() -> None:
     dense, sparse = train_mode(128), train_mode(128)
     RowSparseEmbeddingGrads([sparse[0].query_encoder])
 
-    def clipped_step(model, opt, groups):
-        opt.zero_grad()
-        with autocast_context(device, bf16):
-            q = model.encode_queries({k: v.to(device) for k, v in model.tokenize([g.query for g in groups], "query").items()})
-            loss = group_lookup(model, q, groups)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
-        opt.step()
-
     nb = int(args.pack_batches.split(",")[0])
     small = [lookup_groups(shuffled, ids, rng, j * nb, nb, G) for j in range(2 * args.rounds + 1)]
-    te = interleaved({"dense": lambda b: clipped_step(*dense, b), "row_sparse": lambda b: clipped_step(*sparse, b)},
+    te = interleaved({"dense": lambda b: step(*dense, group_lookup, b, clip=1.0),
+                      "row_sparse": lambda b: step(*sparse, group_lookup, b, clip=1.0)},
                      small, warmup=1, device=device)
     res[f"s_per_step_group_b{nb}_dense_embedding_grad"] = round(te["dense"], 4)
     res[f"s_per_step_group_b{nb}_row_sparse_embedding_grad"] = round(te["row_sparse"], 4)

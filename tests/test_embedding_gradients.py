@@ -1,6 +1,6 @@
 """Row-sparse word-embedding gradients (multipos.embedding_gradients): the same dense gradient as the dense
-backward, bit for bit, in every way a step can produce it; the model trains to the same weights; removal restores
-the dense backward."""
+backward, bit for bit with one backward pass a step and to float rounding with several; the model trains to the same
+weights; removal restores the dense backward."""
 
 from __future__ import annotations
 

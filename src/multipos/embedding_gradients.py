@@ -82,7 +82,7 @@ class _Slot:
         else:
             self.buffer.index_fill_(0, self.rows, 0.0)
         rows = grad._indices()[0]  # uncoalesced: every looked-up position, in input order
-        self.buffer.index_add_(0, rows, grad._values().to(self.buffer.dtype))
+        self.buffer.index_add_(0, rows, grad._values())
         self.rows = rows.unique()
         weight.grad = self.buffer
 

@@ -107,6 +107,7 @@ class RetrieverModule(L.LightningModule):
         self.automatic_optimization = self.grad_cache_chunk_size is None
         self.candidates, self.chunk_size = candidates, int(chunk_size or 65536)
         self.passage_row = passage_index.row if passage_index is not None else None
+        self._embedding_grads: RowSparseEmbeddingGrads | None = None  # CPU fits: on_fit_start .. teardown
         if passage_index is not None:  # moved to the training device with the module, never checkpointed
             self.register_buffer("passage_embeddings", passage_index.embeddings, persistent=False)
 
@@ -207,7 +208,7 @@ class RetrieverModule(L.LightningModule):
 
     def teardown(self, stage: str) -> None:
         """The dense embedding backward again once ``fit`` ends, normally or not (Lightning calls this either way)."""
-        if getattr(self, "_embedding_grads", None) is not None:
+        if self._embedding_grads is not None:
             self._embedding_grads.remove()
             self._embedding_grads = None
 
