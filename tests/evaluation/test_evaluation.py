@@ -100,6 +100,7 @@ def test_reference_rows_are_computed_once_per_process_for_the_same_model_and_set
     from multipos.model import DualEncoder
 
     monkeypatch.setattr(runner, "_REFERENCE_MEMO", {})
+    monkeypatch.setenv("MULTIPOS_CACHE", str(tmp_path / "cache"))  # nothing stored by other tests
     calls = []
     dense, bm25 = runner.dense_run, runner.bm25_run
     monkeypatch.setattr(runner, "dense_run", lambda *a, **k: calls.append("dense") or dense(*a, **k))
@@ -128,6 +129,40 @@ def test_reference_rows_are_computed_once_per_process_for_the_same_model_and_set
     ev.tag = "other-run"
     ev.reference_rows(model, out=tmp_path / "d")  # another run tag (written into the TREC runs): computed again
     assert calls[-2:] == ["dense", "bm25"] and len(calls) == 6
+
+
+def test_reference_rows_stored_in_the_cache_serve_another_process_until_a_set_file_changes(tiny_beir, tiny_bert,
+                                                                                           tmp_path, monkeypatch):
+    import shutil
+
+    import multipos.evaluation.runner as runner
+    from multipos.evaluation.runner import Evaluation
+    from multipos.model import DualEncoder
+
+    monkeypatch.setenv("MULTIPOS_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "set"
+    shutil.copytree(tiny_beir, folder)
+    calls = []
+    dense, bm25 = runner.dense_run, runner.bm25_run
+    monkeypatch.setattr(runner, "dense_run", lambda *a, **k: calls.append("dense") or dense(*a, **k))
+    monkeypatch.setattr(runner, "bm25_run", lambda *a, **k: calls.append("bm25") or bm25(*a, **k))
+    ev = Evaluation(validation=None, test_sets=[EvalSet("tiny", str(folder), split="test")],
+                    retrieval=dict(k=10, batch_size=8, bf16=False, passage_max_length=32, index="flat", index_options={}))
+    monkeypatch.setattr(runner, "_REFERENCE_MEMO", {})
+    first = ev.reference_rows(DualEncoder(str(tiny_bert)), out=tmp_path / "a")
+    assert calls == ["dense", "bm25"]
+    assert not list((tmp_path / "cache" / "references").glob("*.tmp"))  # renamed into place, nothing left over
+    monkeypatch.setattr(runner, "_REFERENCE_MEMO", {})  # another process: only the cache on disk
+    again = ev.reference_rows(DualEncoder(str(tiny_bert)), out=tmp_path / "b")
+    assert calls == ["dense", "bm25"] and again == first
+    files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(tmp_path / "b") for p in (tmp_path / "b").rglob("*") if p.is_file())
+    assert all((tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes() for f in files)
+    qrels = next(folder.rglob("test.tsv"))
+    qrels.write_text(qrels.read_text() + "\n")  # an edited set file: its rows are computed again
+    monkeypatch.setattr(runner, "_REFERENCE_MEMO", {})
+    ev.reference_rows(DualEncoder(str(tiny_bert)), out=tmp_path / "c")
+    assert calls == ["dense", "bm25", "dense", "bm25"]
 
 
 def _raw_ranx(qrels, run, metrics):
@@ -164,4 +199,25 @@ def test_sets_with_other_id_lengths_compile_nothing_new_in_ranx():
         evaluate_run(qrels, run, ("ndcg@10", "recall@100"))
         if width == 3:
             compiled = signatures()
+    assert signatures() == compiled
+
+
+def test_compile_metrics_leaves_nothing_for_an_evaluation_to_compile():
+    """make install runs compile_metrics so the first evaluation of a checkout loads numba's cache: every ranx
+    function an evaluation of graded qrels with per-query values needs has its signature compiled by then."""
+    import sys
+
+    from multipos.evaluation.metrics import compile_metrics
+
+    def signatures():
+        return sum(len(f.signatures) for name, mod in list(sys.modules.items()) if name.startswith("ranx.")
+                   for f in vars(mod).values() if hasattr(f, "signatures"))
+
+    assert compile_metrics() >= 0
+    compiled = signatures()
+    assert compiled > 0
+    rng = np.random.default_rng(1)
+    qrels = {f"Q-{j}": {f"MED-{i}": int(rng.integers(1, 3)) for i in rng.choice(500, 6, replace=False)} for j in range(30)}
+    run = {q: {f"MED-{i}": float(rng.random()) for i in rng.choice(500, 100, replace=False)} for q in qrels}
+    evaluate_run(qrels, run, per_query=True, relevance_threshold=2)
     assert signatures() == compiled

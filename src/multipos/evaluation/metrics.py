@@ -99,3 +99,26 @@ def evaluate_run(qrels: Qrels, run: Run, metrics=DEFAULT_METRICS, relevance_thre
                 per_q[m] = {qid: float(v) for qid, v in rr.scores[rn].items()}
     ordered = {m: results[m] for m in metrics}
     return (ordered, per_q) if per_query else ordered
+
+
+def compile_metrics(metrics=DEFAULT_METRICS) -> float:
+    """Compile ranx's numba functions for :func:`evaluate_run` (graded and binary ``metrics``, per-query values)
+    into numba's on-disk cache (``NUMBA_CACHE_DIR``; the Makefile sets ``.cache/numba``) on a tiny synthetic run →
+    the seconds it took.
+
+    ranx builds its qrels and runs and computes every metric with numba functions cached per argument type, and
+    :func:`fixed_width_ids` gives every set the same types, so one call leaves nothing for a later process to
+    compile: its first evaluation loads the cache (about 3 s on the 2-core CPU) instead of compiling (about 30 s,
+    2026-11-26). ``make install`` runs it (``python -m multipos.evaluation.metrics``) on the core pip leaves idle
+    while it installs the rest of the stack; it needs only ranx and its dependencies, not torch."""
+    import time
+
+    began = time.perf_counter()
+    qrels = {f"q{i}": {f"p{i}-{j}": 1 + j % 2 for j in range(3)} for i in range(4)}
+    run = {qid: {**{d: 1.0 / (1 + j) for j, d in enumerate(docs)}, f"x{qid}": 0.5} for qid, docs in qrels.items()}
+    evaluate_run(qrels, run, metrics, per_query=True)
+    return time.perf_counter() - began
+
+
+if __name__ == "__main__":  # python -m multipos.evaluation.metrics: compile ranx's functions (make install)
+    print(f"ranx metrics compiled into numba's cache in {compile_metrics():.0f} s")

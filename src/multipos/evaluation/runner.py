@@ -19,6 +19,8 @@ import copy
 import hashlib
 import json
 import logging
+import os
+import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,17 +29,60 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from multipos import atomic
-from multipos.assets import cache_dir
+from multipos.assets import cache_dir, resolve_dataset
 from multipos.evaluation.sets import EvalSet
 from multipos.retrieval.bm25 import bm25_run
 from multipos.retrieval.dense import dense_run
 from multipos.data.trec import write_run
+from multipos.runs.folder import read_json
 
 log = logging.getLogger(__name__)
 
 #: Floor rows this process has computed (:meth:`Evaluation.reference_rows`): key → (rows, the folder their files went
 #: to, or None). The runs of a sweep share the zero-shot model and the sets, so each process computes them once.
 _REFERENCE_MEMO: dict[str, tuple[dict, Path | None]] = {}
+
+#: Part of the reference rows' cache key: raise it when what the rows hold or how they are computed changes, so
+#: that rows stored by an older multipos are computed again.
+REFERENCE_FORMAT = 1
+
+
+def _set_files(es: EvalSet) -> list:
+    """(name, size in bytes, modification time in ns) of every file in ``es``'s folder (recursively): part of the
+    reference rows' cache key, so edited set files are scored again. [] when the folder does not resolve."""
+    try:
+        folder = resolve_dataset(es.path)
+    except Exception:  # noqa: BLE001 - a hub name or a missing folder: the set's own load() reports it
+        return []
+    if not folder.is_dir():
+        return []
+    return [(str(p.relative_to(folder)), p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()]
+
+
+def _stored_reference_rows(key: str) -> tuple[dict, Path] | None:
+    """The rows and folder stored under ``key`` in ``<cache>/references/`` (:func:`_store_reference_rows`), or None
+    when there are none or ``rows.json`` is unreadable."""
+    folder = cache_dir() / "references" / key
+    rows = read_json(folder / "rows.json", missing_ok=True, invalid_ok=True)
+    return (rows, folder / "files") if isinstance(rows, dict) and (folder / "files").is_dir() else None
+
+
+def _store_reference_rows(key: str, refs: dict, out: Path) -> None:
+    """Store ``refs`` and the files written under ``out`` as ``<cache>/references/<key>/`` (``rows.json``, ``files/``):
+    copied into a temporary folder, then renamed into place. A folder another process stored first is kept; a
+    failure to store (e.g. a full disk) is logged, since the rows themselves are already computed."""
+    root = cache_dir() / "references"
+    tmp = root / f"{key}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    try:
+        shutil.copytree(out, tmp / "files")
+        atomic.write_json(tmp / "rows.json", refs)
+        os.rename(tmp, root / key)
+    except OSError as e:
+        if not (root / key).is_dir():
+            log.warning("reference rows not stored in the cache (%s): later runs compute them again", e)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def score_set(es: EvalSet, run, data, out: Path | None, tag: str) -> dict:
@@ -119,19 +164,24 @@ class Evaluation:
                        sets: list[EvalSet] | None = None) -> dict:
         """Floor rows on ``sets`` (default :attr:`sets`): ``bm25`` and, when ``zero_shot_model`` (an
         un-fine-tuned encoder, e.g. the starting checkpoint) is given, ``zero-shot``. Embeddings are cached across
-        runs, and the rows themselves within a process: a later call with the same zero-shot model (by weights),
-        sets, retrieval settings and tag returns the first call's rows and copies its files into ``out`` (a sweep's
-        runs compute them once per process). With ``out``, each row's runs and per-query values go to
-        ``out/<row>/`` (:func:`score_set`, for paired tests against the floor rows). Returns
+        runs, and so are the rows: a later call with the same zero-shot model (by weights), sets (and their files),
+        retrieval settings and tag returns the first call's rows and copies its files into ``out`` — from this
+        process's memory, or from ``<cache>/references/<key>/`` (:func:`multipos.assets.cache_dir`), which a call
+        with ``out`` fills (a temporary folder renamed into place, so a reader never sees half of one). A sweep's
+        runs, in one process or several, compute them once. With ``out``, each row's runs and per-query values go
+        to ``out/<row>/`` (:func:`score_set`, for paired tests against the floor rows). Returns
         {row: {result name: {metric: value}}} (average rows: :meth:`write`)."""
         sets = self.sets if sets is None else sets
         key = self._reference_key(zero_shot_model, sets)
         known = _REFERENCE_MEMO.get(key)
+        if known is None:
+            known = _stored_reference_rows(key)
         if known is not None and (out is None or (known[1] is not None and known[1].is_dir())):
             if out is not None and known[1] != out:
                 shutil.copytree(known[1], out, dirs_exist_ok=True)  # the same runs and per-query files
-            log.info("reference rows: the ones this process computed for the same zero-shot model and sets (%s)",
+            log.info("reference rows: the ones computed before for the same zero-shot model and sets (%s)",
                      known[1] or "not written")
+            _REFERENCE_MEMO.setdefault(key, known)
             return copy.deepcopy(known[0])
         zero_shot = None
         if zero_shot_model is not None:
@@ -145,6 +195,8 @@ class Evaluation:
         if zero_shot is not None:
             refs["zero-shot"] = zero_shot
         _REFERENCE_MEMO[key] = (copy.deepcopy(refs), out)
+        if out is not None:
+            _store_reference_rows(key, refs, out)
         return refs
 
     def _reference_key(self, zero_shot_model, sets: list[EvalSet]) -> str:
@@ -153,7 +205,8 @@ class Evaluation:
         settings and the tag."""
         fingerprint = zero_shot_model.fingerprint(include_query=True) if zero_shot_model is not None else None
         length = getattr(zero_shot_model, "query_max_length", None)
-        what = [fingerprint, length, [repr(es) for es in sets], self.retrieval, self.tag]
+        what = [REFERENCE_FORMAT, fingerprint, length, [repr(es) for es in sets], [_set_files(es) for es in sets],
+                self.retrieval, self.tag]
         return hashlib.sha1(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
 
     def write(self, out: Path, results: dict, refs: dict | None = None, extra_lines: list[str] | None = None,
