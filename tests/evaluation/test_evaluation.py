@@ -93,6 +93,17 @@ def test_format_plain_is_the_jobs_results_table():
     assert format_plain({"a": {"m": 1.0}}, {}) == "system                 a:m\nthis run            1.0000"
 
 
+def _count_runs(monkeypatch) -> list[str]:
+    """The evaluation runner's dense and BM25 runs, counted: a list that gets "dense" / "bm25" per call."""
+    import multipos.evaluation.runner as runner
+
+    calls = []
+    dense, bm25 = runner.dense_run, runner.bm25_run
+    monkeypatch.setattr(runner, "dense_run", lambda *a, **k: calls.append("dense") or dense(*a, **k))
+    monkeypatch.setattr(runner, "bm25_run", lambda *a, **k: calls.append("bm25") or bm25(*a, **k))
+    return calls
+
+
 def test_reference_rows_are_computed_once_per_process_for_the_same_model_and_sets(tiny_beir, tiny_bert, tmp_path,
                                                                                 monkeypatch):
     import multipos.evaluation.runner as runner
@@ -101,10 +112,7 @@ def test_reference_rows_are_computed_once_per_process_for_the_same_model_and_set
 
     monkeypatch.setattr(runner, "_REFERENCE_MEMO", {})
     monkeypatch.setenv("MULTIPOS_CACHE", str(tmp_path / "cache"))  # nothing stored by other tests
-    calls = []
-    dense, bm25 = runner.dense_run, runner.bm25_run
-    monkeypatch.setattr(runner, "dense_run", lambda *a, **k: calls.append("dense") or dense(*a, **k))
-    monkeypatch.setattr(runner, "bm25_run", lambda *a, **k: calls.append("bm25") or bm25(*a, **k))
+    calls = _count_runs(monkeypatch)
     ev = Evaluation(validation=None, test_sets=[EvalSet("tiny", str(tiny_beir), split="test")],
                     retrieval=dict(k=10, batch_size=8, bf16=False, passage_max_length=32, index="flat", index_options={}))
     model = DualEncoder(str(tiny_bert))
@@ -142,10 +150,7 @@ def test_reference_rows_stored_in_the_cache_serve_another_process_until_a_set_fi
     monkeypatch.setenv("MULTIPOS_CACHE", str(tmp_path / "cache"))
     folder = tmp_path / "set"
     shutil.copytree(tiny_beir, folder)
-    calls = []
-    dense, bm25 = runner.dense_run, runner.bm25_run
-    monkeypatch.setattr(runner, "dense_run", lambda *a, **k: calls.append("dense") or dense(*a, **k))
-    monkeypatch.setattr(runner, "bm25_run", lambda *a, **k: calls.append("bm25") or bm25(*a, **k))
+    calls = _count_runs(monkeypatch)
     ev = Evaluation(validation=None, test_sets=[EvalSet("tiny", str(folder), split="test")],
                     retrieval=dict(k=10, batch_size=8, bf16=False, passage_max_length=32, index="flat", index_options={}))
     monkeypatch.setattr(runner, "_REFERENCE_MEMO", {})
