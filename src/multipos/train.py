@@ -17,6 +17,12 @@ directory (files listed in :mod:`multipos.evaluation.runner`), plus:
 ``init_from=<model folder>`` starts from trained weights instead of ``model.name_or_path`` (the zero-shot row
 keeps the latter); with ``trainer.max_epochs=0`` the run trains nothing and only evaluates them (Table 3).
 
+``prepare_only=true`` stops the run after everything training reads from the caches and before its first stage:
+the training data (BM25 negatives, teacher ordering), the frozen passage index, and the reference rows (their
+passages encoded), all through :func:`multipos.assets.cache_dir`; ``run_info.json`` says ``prepared``. Running the
+same command without it continues the run. ``make train`` prepares the first seed on every core, then trains
+all seeds side by side, one core's share each (``launcher=parallel``), none of them encoding a corpus.
+
 Re-running the identical command into the same run directory (``hydra.run.dir``, or a study's fixed sweep
 folder) resumes: a finished run is skipped, finished stages are not re-trained, and an interrupted stage
 continues from its newest checkpoint (:func:`multipos.fit.newest_checkpoint`) — optimizer, schedule, RNG and data order included. With
@@ -122,6 +128,13 @@ def train(cfg: DictConfig) -> dict | None:
         refs = json.loads(ref_file.read_text()) if ref_file.is_file() else evaluation.reference_rows(
             instantiate(cfg.model), out=out / "references")  # per-query values for paired tests
         atomic.write_json(ref_file, refs)
+    if cfg.get("prepare_only"):
+        info.update(status="prepared", wall_s=round(info["wall_s"] + time.time() - start, 1))
+        if zero:
+            write_run_info(out, info)
+        log.info("prepared in %.0f s (prepare_only=true): the caches hold what training and evaluation read; the "
+                 "same command without prepare_only trains", time.time() - start)
+        return None
 
     opt_state, records = None, []
     for i, stage in enumerate(stages):
