@@ -56,6 +56,26 @@ def test_chunked_equals_unchunked_in_float32_and_bf16_index(name):
         torch.testing.assert_close(grad, ref_grad, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["jointlh", "lsepair_maxn"])
+def test_corpus_scores_stay_float32_under_bf16_autocast(name):
+    """bf16-mixed training runs the forward and the loss under autocast (the backward outside it, as Lightning
+    does): the corpus scores, the loss and the query gradient are the float32 ones."""
+    q0 = torch.nn.functional.normalize(torch.randn(len(POSITIVES), H, generator=torch.Generator().manual_seed(3)), dim=-1)
+    passages = _corpus(torch.float32)
+    targets = corpus_targets(POSITIVES, JUDGED, ROW)
+    summary = "max" if name in HARDEST_NEGATIVE else "lse"
+    results = []
+    for bf16 in (False, True):
+        q = q0.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            scores, pos, neg = corpus_scores(q, passages, 0.05, targets, 16, summary)
+            loss = compute(name, scores, pos, neg).mean()
+        results.append((scores.dtype, loss.detach(), torch.autograd.grad(loss, q)[0]))
+    (dtype, ref_loss, ref_grad), (bf16_dtype, loss, grad) = results
+    assert dtype == bf16_dtype == torch.float32
+    assert float(loss) == float(ref_loss) and torch.equal(grad, ref_grad)
+
+
 def test_judged_passages_and_positives_are_never_negatives():
     """Making a judged passage score enormously changes nothing; making an unjudged one do so raises the loss."""
     passages = _corpus(torch.float64)

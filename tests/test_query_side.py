@@ -119,3 +119,82 @@ def test_two_tower_config_hash_is_unchanged_by_the_passages_group(tiny_beir, tin
     without = compose_cfg("train", [*base, "~passages"])
     assert config_hash(with_default) == config_hash(without)
     assert config_hash(compose_cfg("train", ["passages=frozen_index", *base])) != config_hash(with_default)
+
+
+def test_checkpoints_leave_out_the_frozen_passage_encoder_and_a_killed_run_resumes_to_the_same_metrics(
+        tiny_beir, tiny_bert, tmp_path, monkeypatch):
+    """Query-side checkpoints hold E_q (and its AdamW moments) but not the frozen E_d, which the resumed run loads
+    from its starting checkpoint: a curriculum run killed in stage 2 resumes (stage 1's kept checkpoint loaded,
+    stage 2 from its step checkpoint) to the metrics of the uninterrupted run, bit for bit (CPU, fp32)."""
+    from multipos.atomic import load_checkpoint
+    from multipos.module import FROZEN_PASSAGE_KEY, RetrieverModule
+
+    monkeypatch.setenv("MULTIPOS_CACHE", str(tmp_path / "cache"))
+    extra = ("loss=jointlh", "data=nfcorpus_homo", "stages=curriculum", "stages.gold.epochs=2",
+             "callbacks.model_checkpoint.every_n_train_steps=1", "module.optimizer.lr=1e-3")
+    expected = _run(tiny_beir, tiny_bert, tmp_path / "whole", *extra)
+    out = tmp_path / "killed"
+    real_step = RetrieverModule.training_step
+
+    def dies_in_stage_two(self, batch, batch_idx):
+        if self.loss.name == "singlelh" and self.trainer.global_step == 2:
+            raise RuntimeError("preempted in stage 2")
+        return real_step(self, batch, batch_idx)
+
+    monkeypatch.setattr(RetrieverModule, "training_step", dies_in_stage_two)
+    with pytest.raises(RuntimeError, match="preempted in stage 2"):
+        _run(tiny_beir, tiny_bert, out, *extra)
+    saved = sorted((out / "checkpoints").rglob("*.ckpt"))
+    assert saved
+    for path in saved:
+        state = load_checkpoint(path)
+        assert FROZEN_PASSAGE_KEY in state
+        assert any(k.startswith("model.query_encoder.") for k in state["state_dict"])
+        assert not any(k.startswith("model.passage_encoder.") for k in state["state_dict"])
+    monkeypatch.setattr(RetrieverModule, "training_step", real_step)
+    assert _run(tiny_beir, tiny_bert, out, *extra) == expected
+
+
+def test_a_checkpoint_without_its_frozen_passage_encoder_refuses_another_passage_encoder(tiny_bert):
+    from multipos.module import drop_frozen_passage_encoder, restore_frozen_passage_encoder
+
+    model = DualEncoder(str(tiny_bert))
+    model.freeze_passage_encoder()
+    checkpoint = {"state_dict": {f"model.{k}": v.clone() for k, v in model.state_dict().items()}}
+    whole = dict(checkpoint["state_dict"])
+    drop_frozen_passage_encoder(model, checkpoint)
+    assert len(checkpoint["state_dict"]) < len(whole)
+    restore_frozen_passage_encoder(model, checkpoint, source="a.ckpt")
+    assert checkpoint["state_dict"].keys() == whole.keys()
+    assert all(torch.equal(checkpoint["state_dict"][k], whole[k]) for k in whole)
+    drop_frozen_passage_encoder(model, checkpoint)
+    other = DualEncoder(str(tiny_bert))
+    other.freeze_passage_encoder()
+    with torch.no_grad():
+        next(other.passage_encoder.parameters()).add_(1.0)
+    with pytest.raises(ValueError, match="a.ckpt.*another one"):
+        restore_frozen_passage_encoder(other, checkpoint, source="a.ckpt")
+    with pytest.raises(ValueError, match="not frozen"):
+        restore_frozen_passage_encoder(DualEncoder(str(tiny_bert)), checkpoint, source="a.ckpt")
+
+
+def test_a_prepared_run_continues_to_the_metrics_of_a_run_trained_at_once(tiny_beir, tiny_bert, tmp_path, monkeypatch):
+    """prepare_only=true (make train's first step) stops before training with the caches filled and run_info
+    'prepared'; the same command without it trains in the same folder, encodes no passage, and ends where a run
+    that never stopped ends."""
+    monkeypatch.setenv("MULTIPOS_CACHE", str(tmp_path / "cache"))
+    extra = ("loss=jointlh", "passages.candidates=corpus", "trainer.max_epochs=2", "module.optimizer.lr=1e-3")
+    out = tmp_path / "prepared"
+    assert _run(tiny_beir, tiny_bert, out, *extra, "prepare_only=true") is None  # cold caches
+    info = json.loads((out / "run_info.json").read_text())
+    assert info["status"] == "prepared" and info["wall_s"] > 0
+    assert (out / "references.json").is_file() and not (out / "metrics.json").exists()
+    assert not list(out.rglob("*.ckpt"))
+    calls = []
+    real = encoding.encode
+    monkeypatch.setattr(encoding, "encode", lambda model, texts, kind="passage", *a, **kw: (
+        calls.append(kind), real(model, texts, kind, *a, **kw))[1])
+    continued = _run(tiny_beir, tiny_bert, out, *extra)
+    assert "passage" not in calls and "query" in calls
+    assert json.loads((out / "run_info.json").read_text())["status"] == "complete"
+    assert continued == _run(tiny_beir, tiny_bert, tmp_path / "at_once", *extra)

@@ -20,6 +20,7 @@ from multipos.callbacks import RNGStateCheckpoint, check_refresh_callback
 from multipos.distributed import is_rank_zero
 from multipos.loggers import log_config
 from multipos.losses import ContrastiveLoss
+from multipos.module import restore_frozen_passage_encoder
 from multipos.stages import Stage
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,7 @@ def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, m
         log.info("stage %d (%s) already finished: loading %s", i + 1, stage.name, kept["checkpoint"] or "its weights")
         state = atomic.load_checkpoint(kept["checkpoint"]) if kept.get("checkpoint") else None
         if state is not None:
+            restore_frozen_passage_encoder(model, state, source=kept["checkpoint"])
             model.load_state_dict({k[len("model."):]: v for k, v in state["state_dict"].items() if k.startswith("model.")})
         record = {**kept["record"], "resumed_from": str(kept_file)}  # finished before this process: nothing trained
         return (state["optimizer_states"][0] if state and state.get("optimizer_states") else None), record
@@ -132,6 +134,7 @@ def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, m
     opt_state = trainer.optimizers[0].state_dict() if trainer.optimizers else None
     if kept_path:
         state = atomic.load_checkpoint(kept_path)
+        restore_frozen_passage_encoder(model, state, source=kept_path)
         module.load_state_dict(state["state_dict"])
         opt_state = state["optimizer_states"][0] if state.get("optimizer_states") else opt_state
         log.info("stage %d: kept %s (%s=%s)", i + 1, kept_path, best.monitor if best else "last",
