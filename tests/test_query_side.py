@@ -198,3 +198,18 @@ def test_a_prepared_run_continues_to_the_metrics_of_a_run_trained_at_once(tiny_b
     assert "passage" not in calls and "query" in calls
     assert json.loads((out / "run_info.json").read_text())["status"] == "complete"
     assert continued == _run(tiny_beir, tiny_bert, tmp_path / "at_once", *extra)
+
+
+def test_bf16_mixed_query_side_training_clips_with_the_fused_optimizer(tiny_beir, tiny_bert, tmp_path, monkeypatch):
+    """Lightning refuses gradient clipping with a fused optimizer under mixed precision (an fp16 concern: the fused
+    step unscales by itself); under bf16-mixed, which scales nothing, the module clips as fp32 training does."""
+    monkeypatch.setenv("MULTIPOS_CACHE", str(tmp_path / "cache"))
+    clipped = []
+    real = torch.nn.utils.clip_grad_norm_
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_",
+                        lambda params, max_norm, *a, **kw: clipped.append(max_norm) or real(params, max_norm, *a, **kw))
+    out = tmp_path / "run"
+    results = _run(tiny_beir, tiny_bert, out, "loss=jointlh", "passages.candidates=corpus", "trainer.max_epochs=1",
+                   "trainer.precision=bf16-mixed", "+module.optimizer.fused=true", "trainer.gradient_clip_val=0.5")
+    assert clipped and set(clipped) == {0.5}
+    assert all(0.0 <= v <= 1.0 for v in results["tiny_test"].values())

@@ -9,6 +9,8 @@ from typing import Callable
 
 import lightning as L
 import torch
+from lightning.pytorch.plugins.precision import MixedPrecision, Precision
+from lightning.pytorch.utilities import GradClipAlgorithmType
 
 from multipos import distributed
 from multipos.corpus_candidates import corpus_scores, corpus_targets
@@ -262,8 +264,20 @@ class RetrieverModule(L.LightningModule):
         """Under GradCache, clip the gradients here (``gradient_clip_val``): Lightning calls this hook after
         unscaling fp16 gradients and before the step, where it clips itself in automatic optimization."""
         if not self.automatic_optimization and self.gradient_clip_val:
-            self.clip_gradients(optimizer, gradient_clip_val=self.gradient_clip_val,
-                                gradient_clip_algorithm=self.gradient_clip_algorithm)
+            self.configure_gradient_clipping(optimizer, self.gradient_clip_val, self.gradient_clip_algorithm)
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        """Lightning's clipping, except that bf16-mixed training clips with a fused optimizer too.
+
+        Lightning refuses gradient clipping with a fused optimizer under any mixed precision, because under fp16 the
+        fused step unscales the gradients itself, after clipping would have seen them scaled. bf16 autocast scales
+        nothing (the plugin has no grad scaler), so the gradients are clipped as they are, as in fp32 training."""
+        plugin = self.trainer.precision_plugin
+        if gradient_clip_val and isinstance(plugin, MixedPrecision) and plugin.scaler is None:
+            Precision.clip_gradients(plugin, optimizer, gradient_clip_val,
+                                     GradClipAlgorithmType(gradient_clip_algorithm or GradClipAlgorithmType.NORM))
+            return
+        self.clip_gradients(optimizer, gradient_clip_val=gradient_clip_val, gradient_clip_algorithm=gradient_clip_algorithm)
 
     def parameter_groups(self) -> list[dict]:
         """AdamW parameter groups: weights with decay, biases and LayerNorm weights (ndim < 2) without."""
