@@ -32,8 +32,8 @@ $(STAMP): pyproject.toml
 ## Two-tower: make train EXPERIMENT=two_tower. One seed: make train SEEDS=42.
 ## First the first seed's run is prepared on every core (prepare_only=true: corpora encoded, training data, reference
 ## rows, all into the caches); then every seed trains side by side, the cores shared between them (launcher=parallel,
-## one run per seed; on 2 cores one torch thread each: three one-thread runs train 1.37x as many queries per second as
-## one run on both cores, measured 2026-11-26). PARALLEL= trains them one after another.
+## one run per seed; on 2 cores one torch thread each: three one-thread runs train 1.3x as many queries per second as
+## one run on both cores: 4.8 vs 3.6 steps a second of the main job, 2026-11-26). PARALLEL= trains them one after another.
 EXPERIMENT ?= default
 SEEDS ?= 42,43,44
 comma := ,
