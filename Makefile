@@ -32,8 +32,9 @@ $(STAMP): pyproject.toml
 ## Two-tower: make train EXPERIMENT=two_tower. One seed: make train SEEDS=42.
 ## First the first seed's run is prepared on every core (prepare_only=true: corpora encoded, training data, reference
 ## rows, all into the caches); then every seed trains side by side, the cores shared between them (launcher=parallel,
-## one run per seed; on 2 cores one torch thread each: three one-thread runs train 1.3x as many queries per second as
-## one run on both cores: 4.8 vs 3.6 steps a second of the main job, 2026-11-26). PARALLEL= trains them one after another.
+## one run per seed; on 2 cores one torch thread each: three one-thread runs make 1.3x the main job's steps a second of
+## one run on both cores in bf16, 1.14x in fp32: bench/bench_parallel_runs.py --step main --side-by-side 2,3 [--bf16],
+## 2026-11-26). PARALLEL= trains them one after another.
 EXPERIMENT ?= default
 SEEDS ?= 42,43,44
 comma := ,
@@ -61,14 +62,16 @@ test-slow: install
 
 ## Benchmarks, appended to bench/results/{speed,search}.jsonl: multipos vs a bare PyTorch step, sentence-transformers
 ## MNRL and encode, the Lightning loop, objective share, DDP/GradCache (bench_speed.py); FAISS index kinds and
-## sharded search (bench_search.py); query-side vs two-tower step per training query (bench_query_side.py); two
-## one-thread runs side by side vs one run on every core (bench_parallel_runs.py, CPU only: launcher=parallel).
+## sharded search (bench_search.py); query-side vs two-tower step per training query (bench_query_side.py); one-thread
+## runs side by side vs one run on every core, a study's step and make train's (bench_parallel_runs.py, CPU only:
+## launcher=parallel).
 ## Quick sizes on a CPU, full sizes on CUDA. make bench ARGS="--threads 1"
 bench: install
 	$(BIN)/python bench/bench_speed.py $(ARGS)
 	$(BIN)/python bench/bench_search.py
 	$(BIN)/python bench/bench_query_side.py
 	$(BIN)/python bench/bench_parallel_runs.py
+	$(BIN)/python bench/bench_parallel_runs.py --step main --side-by-side 2,3 --bf16
 
 clean-cache:
 	rm -rf .cache/embeddings
