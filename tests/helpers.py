@@ -51,3 +51,19 @@ def tiny_overrides(tiny_beir: Path, tiny_bert: Path, out: Path, *extra: str) -> 
         "eval.bf16=false", "eval.k=20", "eval.passage_max_length=64",
         *extra,
     ]
+
+
+def preempt_in_stage_two(monkeypatch):
+    """Make training raise ``RuntimeError("preempted in stage 2")`` at global step 2 of a SingleLH stage (the
+    curriculum's gold stage), as a preempted job would → the real ``RetrieverModule.training_step``, to set back."""
+    from multipos.module import RetrieverModule
+
+    real_step = RetrieverModule.training_step
+
+    def dies_in_stage_two(self, batch, batch_idx):
+        if self.loss.name == "singlelh" and self.trainer.global_step == 2:
+            raise RuntimeError("preempted in stage 2")
+        return real_step(self, batch, batch_idx)
+
+    monkeypatch.setattr(RetrieverModule, "training_step", dies_in_stage_two)
+    return real_step

@@ -13,7 +13,7 @@ from transformers import AutoModel
 import multipos.retrieval.encoding as encoding
 from multipos.model import DualEncoder
 from multipos.train import train
-from tests.helpers import compose_cfg, tiny_overrides
+from tests.helpers import compose_cfg, preempt_in_stage_two, tiny_overrides
 
 
 def _run(tiny_beir, tiny_bert, out, *extra):
@@ -134,14 +134,7 @@ def test_checkpoints_leave_out_the_frozen_passage_encoder_and_a_killed_run_resum
              "callbacks.model_checkpoint.every_n_train_steps=1", "module.optimizer.lr=1e-3")
     expected = _run(tiny_beir, tiny_bert, tmp_path / "whole", *extra)
     out = tmp_path / "killed"
-    real_step = RetrieverModule.training_step
-
-    def dies_in_stage_two(self, batch, batch_idx):
-        if self.loss.name == "singlelh" and self.trainer.global_step == 2:
-            raise RuntimeError("preempted in stage 2")
-        return real_step(self, batch, batch_idx)
-
-    monkeypatch.setattr(RetrieverModule, "training_step", dies_in_stage_two)
+    real_step = preempt_in_stage_two(monkeypatch)
     with pytest.raises(RuntimeError, match="preempted in stage 2"):
         _run(tiny_beir, tiny_bert, out, *extra)
     saved = sorted((out / "checkpoints").rglob("*.ckpt"))

@@ -19,7 +19,7 @@ import lightning as L
 import pytest
 import torch
 
-from tests.helpers import REPO, compose_cfg, trainer_overrides, tiny_overrides
+from tests.helpers import REPO, compose_cfg, preempt_in_stage_two, trainer_overrides, tiny_overrides
 
 
 def _overrides(run_dir: Path, epochs: int = 2, step_checkpoints: bool = True) -> list[str]:
@@ -201,14 +201,7 @@ def test_curriculum_interrupted_in_stage_two_resumes_in_stage_two(tiny_beir, tin
 
     out = tmp_path / "killed"
     cfg = compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, out, *extra))
-    real_step = RetrieverModule.training_step
-
-    def dies_in_stage_two(self, batch, batch_idx):
-        if self.loss.name == "singlelh" and self.trainer.global_step == 2:
-            raise RuntimeError("preempted in stage 2")
-        return real_step(self, batch, batch_idx)
-
-    monkeypatch.setattr(RetrieverModule, "training_step", dies_in_stage_two)
+    real_step = preempt_in_stage_two(monkeypatch)
     with pytest.raises(RuntimeError, match="preempted in stage 2"):
         train(cfg)
     assert (out / "checkpoints" / "stage1" / "kept.json").is_file()

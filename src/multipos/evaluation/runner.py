@@ -19,8 +19,6 @@ import copy
 import hashlib
 import json
 import logging
-import os
-import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,20 +67,19 @@ def _stored_reference_rows(key: str) -> tuple[dict, Path] | None:
 
 
 def _store_reference_rows(key: str, refs: dict, out: Path) -> None:
-    """Store ``refs`` and the files written under ``out`` as ``<cache>/references/<key>/`` (``rows.json``, ``files/``):
-    copied into a temporary folder, then renamed into place. A folder another process stored first is kept; a
-    failure to store (e.g. a full disk) is logged, since the rows themselves are already computed."""
-    root = cache_dir() / "references"
-    tmp = root / f"{key}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    """Store ``refs`` and the files written under ``out`` as ``<cache>/references/<key>/`` (``rows.json``, ``files/``),
+    through :func:`multipos.atomic.replace_dir` (a temporary folder renamed into place). A folder another process
+    stored first is kept; a failure to store (e.g. a full disk) is logged, since the rows themselves are already
+    computed."""
+    folder = cache_dir() / "references" / key
+    if folder.is_dir():
+        return
     try:
-        shutil.copytree(out, tmp / "files")
-        atomic.write_json(tmp / "rows.json", refs)
-        os.rename(tmp, root / key)
+        with atomic.replace_dir(folder) as tmp:
+            shutil.copytree(out, tmp / "files")
+            atomic.write_json(tmp / "rows.json", refs)
     except OSError as e:
-        if not (root / key).is_dir():
-            log.warning("reference rows not stored in the cache (%s): later runs compute them again", e)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        log.warning("reference rows not stored in the cache (%s): later runs compute them again", e)
 
 
 def score_set(es: EvalSet, run, data, out: Path | None, tag: str) -> dict:
