@@ -165,7 +165,7 @@ def objective_share(data, device, bf16: bool, size: dict, step_s: float, full_st
 
 def _measured_step(data, device, bf16, B, G, lq, lp):
     """The multipos step at B × G on full-length random token ids (3 timed steps) → (seconds, how)."""
-    from multipos.data.datamodule import Batch
+    from multipos.data.collate import Batch
     from sides import multipos_step
 
     step = multipos_step(data, device, bf16)

@@ -1,4 +1,4 @@
-"""The contenders of the speed benchmark, each a ``step(batch)`` on the same :class:`multipos.data.datamodule.Batch` objects:
+"""The contenders of the speed benchmark, each a ``step(batch)`` on the same :class:`multipos.data.collate.Batch` objects:
 
 * ``multipos``: :class:`multipos.module.RetrieverModule` (DualEncoder, mean pooling, L2, τ = 0.05, SingleLH)
   forward, loss, backward, gradient clipping at 1.0, AdamW step — what Lightning runs in each training step;

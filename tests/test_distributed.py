@@ -52,8 +52,8 @@ def passage_text(pid: str) -> str:
 
 
 def make_batch(model, groups: list[Group]):
-    """A :class:`multipos.data.datamodule.Batch` of ``groups`` tokenised by ``model``."""
-    from multipos.data.datamodule import Batch
+    """A :class:`multipos.data.collate.Batch` of ``groups`` tokenised by ``model``."""
+    from multipos.data.collate import Batch
 
     positive_mask, negative_mask = group_masks(groups)
     pids = [p for g in groups for p in g.passage_ids]

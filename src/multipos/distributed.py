@@ -105,7 +105,7 @@ def batch_layout(n_queries: int, passage_ids: list[str] | None, n_passages: int)
         return BatchLayout(0, 1, (n_queries,), (n_passages,), tuple(passage_ids or ()), 0)
     if passage_ids is None or len(passage_ids) != n_passages:
         raise ValueError(f"cross-device negatives need Batch.passage_ids with one id per passage ({n_passages}), "
-                         f"got {None if passage_ids is None else len(passage_ids)} (multipos.data.datamodule.Batch)")
+                         f"got {None if passage_ids is None else len(passage_ids)} (multipos.data.collate.Batch)")
     parts: list = [None] * size
     dist.all_gather_object(parts, (int(n_queries), list(passage_ids)))
     query_counts = tuple(n for n, _ in parts)

@@ -14,7 +14,7 @@ from lightning.pytorch.utilities import GradClipAlgorithmType
 
 from multipos import distributed
 from multipos.corpus_candidates import corpus_scores, corpus_targets
-from multipos.data.datamodule import Batch
+from multipos.data.collate import Batch
 from multipos.embedding_gradients import RowSparseEmbeddingGrads
 from multipos.grad_cache import grad_cache_step
 from multipos.losses import HARDEST_NEGATIVE, ContrastiveLoss

@@ -5,41 +5,18 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from multipos.data.budget import AnnotationBudget
-from multipos.data.groups import REGIMES, Group, GroupBuilder, TrainQuery, group_masks, negative_shortfall
+from multipos.data.collate import Batch, GroupCollator
+from multipos.data.groups import REGIMES, Group, GroupBuilder, TrainQuery, negative_shortfall
+from multipos.data.passage_tokens import PassageTokens
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Batch:
-    """One training batch (B queries, G passages each).
-
-    query: tokenizer output, tensors [B, Lq]; passages: tokenizer output, [B·G, Lp], or None when the passages are
-    looked up in a frozen passage index instead of encoded (query-side fine-tuning, :mod:`multipos.passage_index`);
-    positive_mask / negative_mask: bool [B, B·G] (see :func:`multipos.data.groups.group_masks`);
-    query_ids: [B]; passage_ids: [B·G], the id of each column; groups: the B groups (judged passages per query,
-    for the masks over a global batch in data-parallel training, :mod:`multipos.distributed`).
-    """
-
-    query: dict[str, torch.Tensor]
-    passages: dict[str, torch.Tensor] | None
-    positive_mask: torch.Tensor
-    negative_mask: torch.Tensor
-    query_ids: list[str]
-    passage_ids: list[str] = None
-    groups: list[Group] | None = None
-
-    def to(self, device) -> "Batch":
-        mv = lambda d: None if d is None else {k: v.to(device) for k, v in d.items()}  # noqa: E731
-        return Batch(mv(self.query), mv(self.passages), self.positive_mask.to(device), self.negative_mask.to(device),
-                     self.query_ids, self.passage_ids, self.groups)
 
 
 class GroupDataset(Dataset):
@@ -139,37 +116,6 @@ def worker_start_method(num_workers: int) -> str | None:
     return "forkserver" if "forkserver" in available else "spawn"
 
 
-@dataclass
-class GroupCollator:
-    """Groups → :class:`Batch`: queries tokenised to [B, Lq] (``query_prompt`` first, at most ``query_max_length``
-    tokens), the B·G passages to [B·G, Lp] unless ``tokenize_passages`` is False (query-side fine-tuning looks them
-    up by id), and the [B, B·G] positive / negative masks (:func:`multipos.data.groups.group_masks`).
-
-    A plain picklable object: the collate function DataLoader workers receive when they are spawned rather than
-    forked (``forkserver`` is Python 3.14's default on Linux; Hydra's joblib launcher runs each job in such a
-    process)."""
-
-    tokenizer: object
-    corpus: object
-    query_prompt: str = ""
-    passage_prompt: str = ""
-    query_max_length: int = 32
-    passage_max_length: int = 128
-    tokenize_passages: bool = True
-
-    def __call__(self, groups: list[Group]) -> Batch:
-        positive_mask, negative_mask = group_masks(groups)
-        q = self.tokenizer([self.query_prompt + g.query for g in groups], padding=True, truncation=True,
-                           max_length=self.query_max_length, return_tensors="pt")
-        p = None
-        if self.tokenize_passages:
-            texts = [self.passage_prompt + self.corpus[p].full_text() for g in groups for p in g.passage_ids]
-            p = dict(self.tokenizer(texts, padding=True, truncation=True, max_length=self.passage_max_length,
-                                    return_tensors="pt"))
-        return Batch(dict(q), p, positive_mask, negative_mask, [g.query_id for g in groups],
-                     [p for g in groups for p in g.passage_ids], list(groups))
-
-
 class MultiPosDataModule(L.LightningDataModule):
     """Training data for multi-positive contrastive learning.
 
@@ -231,6 +177,9 @@ class MultiPosDataModule(L.LightningDataModule):
         self.tokenize_passages = True
         #: text put before every query / passage (the trained model's prompts: :meth:`use_encoder_inputs`)
         self.query_prompt, self.passage_prompt = "", ""
+        #: the training passages tokenised once (:meth:`collator`), and the (dataset, pools) it was filled for
+        self._passage_tokens: PassageTokens | None = None
+        self._passage_tokens_for: tuple | None = None
 
     def use_encoder_inputs(self, model) -> None:
         """Tokenise as ``model`` (a :class:`multipos.model.DualEncoder`) does: its tokenizer (with the EOS rule of
@@ -329,9 +278,28 @@ class MultiPosDataModule(L.LightningDataModule):
     def collator(self) -> "GroupCollator":
         """The collate function of the training loader: the tokenizer, corpus, prompts and lengths, without the
         data module (whose trainer does not pickle), so DataLoader workers started by ``spawn`` or ``forkserver``
-        receive it."""
+        receive it. Two-tower batches take their passages' token ids from :meth:`passage_tokens`."""
         return GroupCollator(self.tokenizer, self.corpus, self.query_prompt, self.passage_prompt,
-                             self.query_max_length, self.passage_max_length, self.tokenize_passages)
+                             self.query_max_length, self.passage_max_length, self.tokenize_passages,
+                             self.passage_tokens() if self.tokenize_passages else None)
+
+    def passage_tokens(self) -> PassageTokens:
+        """The store of the passages the current stage's groups draw from (every kept query's positives and hard
+        negatives: the source's, or a dense refresh's pools), tokenised in this process before any DataLoader worker
+        starts; new ones are added when the stage or the pools change, and a new store is made when the tokenizer,
+        passage prompt or length change. Random top-ups from the corpus are tokenised when collated."""
+        store = self._passage_tokens
+        if store is None or not store.matches(self.tokenizer, self.passage_prompt, self.passage_max_length):
+            store = self._passage_tokens = PassageTokens(self.tokenizer, self.corpus, self.passage_prompt,
+                                                         self.passage_max_length)
+            self._passage_tokens_for = None
+        dataset = self.dataset
+        if dataset is not None and (self._passage_tokens_for is None or self._passage_tokens_for[0] is not dataset
+                                    or self._passage_tokens_for[1] is not dataset.pools):
+            pools = dataset.pools or {}
+            store.add(p for q, pos in dataset.items for p in (*pos, *pools.get(q.query_id, q.negatives)))
+            self._passage_tokens_for = (dataset, dataset.pools)
+        return store
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx):
         return batch.to(device) if isinstance(batch, Batch) else super().transfer_batch_to_device(batch, device, dataloader_idx)

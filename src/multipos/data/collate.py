@@ -1,0 +1,70 @@
+"""Collation: B training groups → one :class:`Batch` (tokenised queries and passages, the [B, B·G] masks)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from multipos.data.groups import Group, group_masks
+from multipos.data.passage_tokens import PassageTokens
+
+
+@dataclass
+class Batch:
+    """One training batch (B queries, G passages each).
+
+    query: tokenizer output, tensors [B, Lq]; passages: tokenizer output, [B·G, Lp], or None when the passages are
+    looked up in a frozen passage index instead of encoded (query-side fine-tuning, :mod:`multipos.passage_index`);
+    positive_mask / negative_mask: bool [B, B·G] (see :func:`multipos.data.groups.group_masks`);
+    query_ids: [B]; passage_ids: [B·G], the id of each column; groups: the B groups (judged passages per query,
+    for the masks over a global batch in data-parallel training, :mod:`multipos.distributed`).
+    """
+
+    query: dict[str, torch.Tensor]
+    passages: dict[str, torch.Tensor] | None
+    positive_mask: torch.Tensor
+    negative_mask: torch.Tensor
+    query_ids: list[str]
+    passage_ids: list[str] = None
+    groups: list[Group] | None = None
+
+    def to(self, device) -> "Batch":
+        mv = lambda d: None if d is None else {k: v.to(device) for k, v in d.items()}  # noqa: E731
+        return Batch(mv(self.query), mv(self.passages), self.positive_mask.to(device), self.negative_mask.to(device),
+                     self.query_ids, self.passage_ids, self.groups)
+
+
+@dataclass
+class GroupCollator:
+    """Groups → :class:`Batch`: queries tokenised to [B, Lq] (``query_prompt`` first, at most ``query_max_length``
+    tokens), the B·G passages to [B·G, Lp] unless ``tokenize_passages`` is False (query-side fine-tuning looks them
+    up by id), and the [B, B·G] positive / negative masks (:func:`multipos.data.groups.group_masks`). With
+    ``passage_tokens`` the passages' token ids come from that store (tokenised once; the same tensors).
+
+    A plain picklable object: the collate function DataLoader workers receive when they are spawned rather than
+    forked (``forkserver`` is Python 3.14's default on Linux; Hydra's joblib launcher runs each job in such a
+    process)."""
+
+    tokenizer: object
+    corpus: object
+    query_prompt: str = ""
+    passage_prompt: str = ""
+    query_max_length: int = 32
+    passage_max_length: int = 128
+    tokenize_passages: bool = True
+    passage_tokens: PassageTokens | None = None
+
+    def __call__(self, groups: list[Group]) -> Batch:
+        positive_mask, negative_mask = group_masks(groups)
+        q = self.tokenizer([self.query_prompt + g.query for g in groups], padding=True, truncation=True,
+                           max_length=self.query_max_length, return_tensors="pt")
+        p = None
+        if self.tokenize_passages and self.passage_tokens is not None:
+            p = dict(self.passage_tokens.batch([p for g in groups for p in g.passage_ids]))
+        elif self.tokenize_passages:
+            texts = [self.passage_prompt + self.corpus[p].full_text() for g in groups for p in g.passage_ids]
+            p = dict(self.tokenizer(texts, padding=True, truncation=True, max_length=self.passage_max_length,
+                                    return_tensors="pt"))
+        return Batch(dict(q), p, positive_mask, negative_mask, [g.query_id for g in groups],
+                     [p for g in groups for p in g.passage_ids], list(groups))

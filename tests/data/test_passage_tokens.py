@@ -1,0 +1,115 @@
+"""Passages tokenised once (multipos.data.passage_tokens): batches equal tokenising the texts when collated."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from multipos.data import MultiPosDataModule
+from multipos.data.collate import GroupCollator
+from multipos.data.passage_tokens import PassageTokens
+from multipos.data.sources import BeirGradedSource
+
+
+def _datamodule(tiny_beir, tiny_bert, **kw) -> MultiPosDataModule:
+    dm = MultiPosDataModule(BeirGradedSource(str(tiny_beir), "qrels-graded/train.s-3.qrel", negative_depth=3),
+                            str(tiny_bert), regime="heterogeneous", group_size=8, max_positives=2, batch_size=4,
+                            passage_max_length=12, **kw)
+    dm.set_stage("heterogeneous", None)
+    dm.setup()
+    return dm
+
+
+def _tokenised_texts(dm, batch_groups):
+    """The collate function without a store: every passage text tokenised when collated."""
+    return GroupCollator(dm.tokenizer, dm.corpus, dm.query_prompt, dm.passage_prompt, dm.query_max_length,
+                         dm.passage_max_length)(batch_groups)
+
+
+def _assert_same(a, b):
+    assert a.passage_ids == b.passage_ids and a.query_ids == b.query_ids
+    assert list(a.passages) == list(b.passages)
+    for key in b.passages:
+        assert a.passages[key].dtype == b.passages[key].dtype and torch.equal(a.passages[key], b.passages[key]), key
+    for key in b.query:
+        assert torch.equal(a.query[key], b.query[key]), key
+    assert torch.equal(a.positive_mask, b.positive_mask) and torch.equal(a.negative_mask, b.negative_mask)
+
+
+def test_batches_from_the_store_equal_tokenising_the_texts_top_ups_included(tiny_beir, tiny_bert):
+    dm = _datamodule(tiny_beir, tiny_bert)
+    store = dm.passage_tokens()
+    pooled = {p for q, pos in dm.dataset.items for p in (*pos, *q.negatives)}
+    assert set(store.rows) == pooled and len(pooled) < len(dm.corpus.ids)  # only what the groups draw from
+    collate = dm.collator()
+    assert collate.passage_tokens is store
+    missed = 0
+    for epoch in range(3):
+        groups = [dm.dataset[(i, epoch)] for i in range(len(dm.dataset))]
+        for i in range(0, len(groups), 4):
+            batch_groups = groups[i : i + 4]
+            missed += sum(p not in store.rows for g in batch_groups for p in g.passage_ids)
+            _assert_same(collate(batch_groups), _tokenised_texts(dm, batch_groups))
+    assert missed > 0  # random top-ups (negative_depth=3 < G - M) were tokenised when collated, and equal too
+
+
+def test_the_store_follows_the_prompt_the_length_and_refreshed_pools(tiny_beir, tiny_bert):
+    dm = _datamodule(tiny_beir, tiny_bert)
+    first = dm.passage_tokens()
+    assert dm.passage_tokens() is first
+    dm.passage_prompt = "passage: "
+    second = dm.passage_tokens()
+    assert second is not first and second.prompt == "passage: "
+    groups = [dm.dataset[(i, 0)] for i in range(4)]
+    _assert_same(dm.collate(groups), _tokenised_texts(dm, groups))
+    outside = [p for p in dm.corpus.ids if p not in second.rows]
+    dm.set_negatives({dm.dataset.items[0][0].query_id: outside})  # a dense refresh's pool
+    assert set(outside) <= set(dm.passage_tokens().rows)
+
+
+def test_the_collate_function_with_its_store_pickles(tiny_beir, tiny_bert):
+    dm = _datamodule(tiny_beir, tiny_bert)
+    collate = dm.collator()
+    groups = [dm.dataset[(i, 1)] for i in range(4)]
+    _assert_same(pickle.loads(pickle.dumps(collate))(groups), collate(groups))
+
+
+def test_query_side_batches_build_no_store(tiny_beir, tiny_bert):
+    dm = _datamodule(tiny_beir, tiny_bert)
+    dm.tokenize_passages = False
+    assert dm.collator().passage_tokens is None and dm._passage_tokens is None
+    assert dm.collate([dm.dataset[(0, 0)]]).passages is None
+
+
+def test_a_tokenizer_whose_encoding_is_more_than_ids_is_not_stored(tiny_beir, tiny_bert):
+    dm = _datamodule(tiny_beir, tiny_bert)
+    tok = AutoTokenizer.from_pretrained(str(tiny_bert))
+
+    class TypedTokenizer:  # token type ids that are not all zero: the store cannot rebuild them from the ids
+        model_input_names = tok.model_input_names
+
+        def __len__(self):
+            return len(tok)
+
+        def __call__(self, texts, **kw):
+            enc = tok(texts, **kw)
+            ids = enc["input_ids"]
+            enc["token_type_ids"] = torch.ones_like(ids) if torch.is_tensor(ids) else [[1] * len(x) for x in ids]
+            return enc
+
+    store = PassageTokens(TypedTokenizer(), dm.corpus, "", 12)
+    assert store.add(dm.corpus.ids[:5]) == 0 and not store.exact and len(store) == 0
+    batch = store.batch(dm.corpus.ids[:3])  # the texts tokenised by the tokenizer itself, type ids kept
+    expected = tok([dm.corpus[p].full_text() for p in dm.corpus.ids[:3]], padding=True, truncation=True, max_length=12,
+                   return_tensors="pt")
+    assert torch.equal(batch["input_ids"], expected["input_ids"])
+    assert torch.equal(batch["token_type_ids"], torch.ones_like(expected["input_ids"]))
+
+
+def test_an_unknown_passage_id_is_a_key_error(tiny_beir, tiny_bert):
+    dm = _datamodule(tiny_beir, tiny_bert)
+    with pytest.raises(KeyError):
+        PassageTokens(dm.tokenizer, dm.corpus, "", 12).add(["no-such-passage"])
