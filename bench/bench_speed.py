@@ -17,10 +17,14 @@ Ratios (> 1 = multipos faster), with the targets of issue 9:
 * ``objective_share@B,G`` = objective time (forward + backward of the loss on a [B, B·G] score matrix) / step
   time (≤ 1 %), for B=128, G=8 and B=512, G=16; the step is measured at those sizes on a GPU (or with
   ``--full-step``), else extrapolated from the measured step (see ``step_estimate``);
-* ``ddp``: 2 processes vs 1 and peak memory with and without GradCache at B=128 × G=8 (:mod:`bench_ddp`).
+* ``ddp``: 2 processes vs 1 and peak memory with and without GradCache at B=128 × G=8 (:mod:`bench_ddp`);
+* ``collate_store_vs_texts`` = seconds to collate a batch tokenising its passage texts / seconds with the passages'
+  token ids from the store tokenised once (:mod:`multipos.data.passage_tokens`), one tokenizer thread as in a
+  DataLoader worker, B=64 × G=8 at 128 tokens on every device (collation is CPU work); ``store_build_s``: the store's
+  one batched tokenisation of the training passages.
 
 Options: ``--threads N`` (torch CPU threads; 1 keeps the ratios stable on a CPU shared with other jobs),
-``--skip steps encode share ddp``, ``--out FILE``, ``--workers 4,8,12`` (the Lightning loop again with each DataLoader
+``--skip steps encode share ddp collate``, ``--out FILE``, ``--workers 4,8,12`` (the Lightning loop again with each DataLoader
 worker count, over ``--loop-steps`` steps: ``lightning_vs_bare_workers_<n>``; a batch of B=64 × G=8 at 128 tokens
 took 0.33 s to collate on one core of the 2-core EPYC, so 4 workers deliver at most about 12 batches/s, fewer than
 a GPU step of 0.046 s asks for).
@@ -125,6 +129,36 @@ def encode_ratio(data, device, bf16: bool, size: dict, res: dict) -> None:
         np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)))), 6)
 
 
+def collate_ratio(data, res: dict, rounds: int = 10) -> None:
+    """The collate function with the passage token store against tokenising the passage texts, on the same groups
+    (B=64 × G=8, 32/128 tokens); the batches are checked equal first."""
+    from sides import data_module
+
+    from multipos.data.collate import GroupCollator
+
+    dm = data_module(data, 64, 8, 32, 128)
+    start = time.perf_counter()
+    with_store = dm.collator()
+    res["store_build_s"] = round(time.perf_counter() - start, 2)
+    res["store_passages"] = len(with_store.passage_tokens)
+    texts = GroupCollator(dm.tokenizer, dm.corpus, dm.query_prompt, dm.passage_prompt, 32, 128)
+    n = len(dm.dataset)
+    batches = [[dm.dataset[((k * 64 + i) % n, 0)] for i in range(64)] for k in range(rounds)]
+    a, b = with_store(batches[0]), texts(batches[0])
+    assert all(torch.equal(a.passages[k], b.passages[k]) for k in b.passages), "store batches differ"
+    tokenizers_parallel = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread, as in a DataLoader worker
+    try:
+        t = interleaved({"texts": texts, "store": with_store}, batches, warmup=1, device=torch.device("cpu"))
+    finally:
+        if tokenizers_parallel is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM")
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = tokenizers_parallel
+    res["collate_s_texts"], res["collate_s_store"] = round(t["texts"], 4), round(t["store"], 4)
+    res["collate_store_vs_texts"] = round(t["texts"] / t["store"], 2)
+
+
 def objective_share(data, device, bf16: bool, size: dict, step_s: float, full_step: bool, res: dict) -> None:
     """Objective forward + backward on [B, B·G] score matrices (every objective; G/2 positives per query) as a
     share of the step at the same B, G: measured when ``full_step``, else the measured step scaled linearly in
@@ -193,7 +227,7 @@ def main() -> None:
                     help="small sizes (default: quick on a CPU, full on CUDA)")
     ap.add_argument("--full-step", action=argparse.BooleanOptionalAction, default=None,
                     help="measure the step at B=128,G=8 and B=512,G=16 (default: on CUDA only)")
-    ap.add_argument("--skip", nargs="*", default=[], choices=["steps", "encode", "share", "ddp"])
+    ap.add_argument("--skip", nargs="*", default=[], choices=["steps", "encode", "share", "ddp", "collate"])
     ap.add_argument("--threads", type=int, default=None,
                     help="torch CPU threads (default: torch's); 1 keeps ratios stable on a CPU shared with other jobs")
     ap.add_argument("--workers", type=lambda v: [int(x) for x in v.split(",")], default=[],
@@ -226,6 +260,8 @@ def main() -> None:
         print(f"[bench] {name}: {phases[name]} s", flush=True)
         return out
 
+    if "collate" not in args.skip:
+        phase("collate", collate_ratio, data, res)
     if "steps" not in args.skip:
         step_s = phase("steps", step_ratios, data, device, bf16, size, res, args.workers, args.loop_steps)
     if "encode" not in args.skip:
