@@ -113,3 +113,18 @@ def test_an_unknown_passage_id_is_a_key_error(tiny_beir, tiny_bert):
     dm = _datamodule(tiny_beir, tiny_bert)
     with pytest.raises(KeyError):
         PassageTokens(dm.tokenizer, dm.corpus, "", 12).add(["no-such-passage"])
+
+
+def test_no_store_when_it_would_tokenise_more_than_an_epoch_collates_on_this_rank(tiny_beir, tiny_bert):
+    from types import SimpleNamespace
+
+    dm = _datamodule(tiny_beir, tiny_bert)
+    pooled = {p for q, pos in dm.dataset.items for p in (*pos, *q.negatives)}
+    dm.trainer = SimpleNamespace(world_size=len(dm.dataset))  # one query a rank: 8 passages an epoch, fewer than pooled
+    assert len(pooled) > 8
+    collate = dm.collator()
+    assert collate.passage_tokens is None and dm.passage_tokens() is None
+    groups = [dm.dataset[(i, 0)] for i in range(4)]
+    _assert_same(collate(groups), _tokenised_texts(dm, groups))
+    dm.trainer = None  # one process: the store is built
+    assert set(dm.passage_tokens().rows) == pooled

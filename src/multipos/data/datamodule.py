@@ -177,7 +177,7 @@ class MultiPosDataModule(L.LightningDataModule):
         self.tokenize_passages = True
         #: text put before every query / passage (the trained model's prompts: :meth:`use_encoder_inputs`)
         self.query_prompt, self.passage_prompt = "", ""
-        #: the training passages tokenised once (:meth:`collator`), and the (dataset, pools) it was filled for
+        #: the training passages tokenised once (:meth:`passage_tokens`), and what its last call answered for
         self._passage_tokens: PassageTokens | None = None
         self._passage_tokens_for: tuple | None = None
 
@@ -283,22 +283,39 @@ class MultiPosDataModule(L.LightningDataModule):
                              self.query_max_length, self.passage_max_length, self.tokenize_passages,
                              self.passage_tokens() if self.tokenize_passages else None)
 
-    def passage_tokens(self) -> PassageTokens:
+    def passage_tokens(self) -> PassageTokens | None:
         """The store of the passages the current stage's groups draw from (every kept query's positives and hard
         negatives: the source's, or a dense refresh's pools), tokenised in this process before any DataLoader worker
         starts; new ones are added when the stage or the pools change, and a new store is made when the tokenizer,
-        passage prompt or length change. Random top-ups from the corpus are tokenised when collated."""
-        store = self._passage_tokens
-        if store is None or not store.matches(self.tokenizer, self.passage_prompt, self.passage_max_length):
-            store = self._passage_tokens = PassageTokens(self.tokenizer, self.corpus, self.passage_prompt,
-                                                         self.passage_max_length)
-            self._passage_tokens_for = None
+        passage prompt or length change. Random top-ups from the corpus are tokenised when collated.
+
+        None (batches tokenise their texts, as without a store) when the store would tokenise more passages than one
+        epoch collates on this rank (queries / ranks × G): large pools split over many data-parallel ranks (MS MARCO's
+        ~30 mined negatives a query over 8 GPUs), where every rank building its own store up front would cost more
+        than tokenising in the DataLoader workers while the GPU trains."""
         dataset = self.dataset
-        if dataset is not None and (self._passage_tokens_for is None or self._passage_tokens_for[0] is not dataset
-                                    or self._passage_tokens_for[1] is not dataset.pools):
-            pools = dataset.pools or {}
-            store.add(p for q, pos in dataset.items for p in (*pos, *pools.get(q.query_id, q.negatives)))
-            self._passage_tokens_for = (dataset, dataset.pools)
+        if dataset is None:
+            return None
+        world_size = self.trainer.world_size if self.trainer is not None else 1
+        settings = (self.tokenizer, self.passage_prompt, self.passage_max_length, world_size)
+        done = self._passage_tokens_for  # (dataset, pools, settings, the answer) of the last call
+        if done is not None and done[0] is dataset and done[1] is dataset.pools and done[2] == settings:
+            return done[3]
+        store = self._passage_tokens
+        if store is None or not store.matches(*settings[:3]):
+            store = PassageTokens(self.tokenizer, self.corpus, self.passage_prompt, self.passage_max_length)
+        pools = dataset.pools or {}
+        pooled = dict.fromkeys(p for q, pos in dataset.items for p in (*pos, *pools.get(q.query_id, q.negatives)))
+        per_epoch = -(-len(dataset) // world_size) * self.builder_args["group_size"]
+        new = sum(1 for p in pooled if p not in store.rows)
+        if new > per_epoch:
+            log.info("passage tokens: no store (%d passages to tokenise, more than the %d an epoch collates on this "
+                     "rank): batches tokenise their texts", new, per_epoch)
+            store = None
+        else:
+            store.add(pooled)
+            self._passage_tokens = store
+        self._passage_tokens_for = (dataset, dataset.pools, settings, store)
         return store
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx):
