@@ -111,7 +111,7 @@ def test_a_tokenizer_whose_encoding_is_more_than_ids_is_not_stored(tiny_beir, ti
 
 def test_an_unknown_passage_id_is_a_key_error(tiny_beir, tiny_bert):
     dm = _datamodule(tiny_beir, tiny_bert)
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError, match="'no-such-passage' of a training group is not in the corpus"):
         PassageTokens(dm.tokenizer, dm.corpus, "", 12).add(["no-such-passage"])
 
 

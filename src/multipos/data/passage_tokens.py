@@ -55,12 +55,18 @@ class PassageTokens:
         return tokenizer is self.tokenizer and prompt == self.prompt and int(max_length) == self.max_length
 
     def _encode(self, passage_ids: Sequence[str]) -> dict[str, list[list[int]]]:
-        texts = [self.prompt + self.corpus[p].full_text() for p in passage_ids]
-        return self.tokenizer(texts, truncation=True, max_length=self.max_length)
+        return self.tokenizer(self._texts(passage_ids), truncation=True, max_length=self.max_length)
+
+    def _texts(self, passage_ids: Sequence[str]) -> list[str]:
+        try:
+            return [self.prompt + self.corpus[p].full_text() for p in passage_ids]
+        except KeyError as err:
+            raise KeyError(f"passage {err.args[0]!r} of a training group is not in the corpus "
+                           f"({len(self.corpus)} passages): a hard negative or positive id the corpus file lacks") from None
 
     def add(self, passage_ids: Iterable[str]) -> int:
         """Tokenise the passages of ``passage_ids`` not stored yet (one tokenizer call per :data:`CHUNK`) and store
-        their ids → how many were added (0 once ``exact`` is False). Raises KeyError for an id not in the corpus."""
+        their ids → how many were added (0 once ``exact`` is False). Raises KeyError naming an id not in the corpus."""
         new = [p for p in dict.fromkeys(passage_ids) if p not in self.rows]
         if not new or not self.exact:
             return 0
@@ -88,8 +94,8 @@ class PassageTokens:
         Passages not stored are tokenised here."""
         missing = [p for p in passage_ids if p not in self.rows]
         if not self.exact:
-            return self.tokenizer([self.prompt + self.corpus[p].full_text() for p in passage_ids], padding=True,
-                                  truncation=True, max_length=self.max_length, return_tensors="pt")
+            return self.tokenizer(self._texts(passage_ids), padding=True, truncation=True,
+                                  max_length=self.max_length, return_tensors="pt")
         fresh = dict(zip(missing, self._encode(missing)["input_ids"])) if missing else {}
         ids = []
         for p in passage_ids:
