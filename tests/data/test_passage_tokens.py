@@ -12,6 +12,7 @@ from multipos.data import MultiPosDataModule
 from multipos.data.collate import GroupCollator
 from multipos.data.passage_tokens import PassageTokens
 from multipos.data.sources import BeirGradedSource
+from multipos.types import Passage
 
 
 def _datamodule(tiny_beir, tiny_bert, **kw) -> MultiPosDataModule:
@@ -128,3 +129,24 @@ def test_no_store_when_it_would_tokenise_more_than_an_epoch_collates_on_this_ran
     _assert_same(collate(groups), _tokenised_texts(dm, groups))
     dm.trainer = None  # one process: the store is built
     assert set(dm.passage_tokens().rows) == pooled
+
+
+def test_left_padding_and_an_appended_eos_as_decoder_embedders_tokenise(tiny_beir, tiny_bert):
+    from multipos.tokenization import ensure_eos
+
+    dm = _datamodule(tiny_beir, tiny_bert)
+    tok = AutoTokenizer.from_pretrained(str(tiny_bert))
+    tok.eos_token = "[SEP]"
+    ensure_eos(tok)
+    tok.padding_side = "left"
+    dm._tokenizer = tok  # as use_encoder_inputs hands the model's tokenizer over
+    for k, pid in enumerate(dm.corpus.ids):  # passages of 1 to 4 words: batches that need padding
+        passage = dm.corpus[pid]
+        dm.corpus.passages[pid] = Passage(pid, "", " ".join(passage.text.split()[: 1 + k % 4]))
+    collate = dm.collator()
+    assert collate.passage_tokens.tokenizer is tok
+    groups = [dm.dataset[(i, 0)] for i in range(4)]
+    batch = collate(groups)
+    _assert_same(batch, _tokenised_texts(dm, groups))
+    mask = batch.passages["attention_mask"]
+    assert (mask[:, -1] == 1).all() and (mask[:, 0] == 0).any()  # padded, on the left
