@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import numpy as np
@@ -11,18 +10,29 @@ from multipos.types import BeirDataset, Corpus, Run
 
 
 def import_bm25s():
-    """Import ``bm25s`` with JAX kept off the GPU; returns the module.
+    """Import ``bm25s`` without JAX; returns the module.
 
-    bm25s runs ``jax.lax.top_k`` when it is imported, if JAX is installed (bm25s 0.3.16, ``selection.py``). JAX's first
-    use on a GPU machine preallocates 75 % of the GPU's memory in the importing process: on an H100 (2026-11-25) every
-    BM25 reference or BM25 negative miner then left the training in that process, and every parallel run, out of CUDA
-    memory ("no supported devices found for platform CUDA"). So ``JAX_PLATFORMS`` defaults to ``cpu`` before the
-    import, unless JAX is already imported or the user set the variable (a value they chose is kept).
+    bm25s imports JAX and runs ``jax.lax.top_k`` when it is imported, if JAX is installed (bm25s 0.3.16,
+    ``selection.py``), though multipos asks it for numpy top-k selection (``backend_selection="numpy"``). On a GPU
+    machine that first JAX call preallocated 75 % of the GPU's memory in the importing process (H100, 2026-11-25: every
+    BM25 reference or negative miner left the training in that process, and every parallel run, out of CUDA memory),
+    and JAX's threads then made every DataLoader worker fork a deadlock risk (H200, 2026-11-26: "os.fork() is
+    incompatible with multithreaded code, and JAX is multithreaded"). So JAX is hidden while bm25s is imported (bm25s
+    then takes it as not installed) and can be imported again afterwards; a process that imported JAX itself keeps
+    it.
     """
-    if "bm25s" not in sys.modules and "jax" not in sys.modules:
-        os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    import bm25s
+    if "bm25s" in sys.modules or "jax" in sys.modules:
+        import bm25s
 
+        return bm25s
+    hidden = ("jax", "jax.lax")
+    sys.modules.update(dict.fromkeys(hidden))  # None: ``import jax`` raises ImportError, which bm25s catches
+    try:
+        import bm25s
+    finally:
+        for name in hidden:
+            if sys.modules.get(name, False) is None:
+                del sys.modules[name]
     return bm25s
 
 
