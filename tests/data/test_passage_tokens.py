@@ -150,3 +150,35 @@ def test_left_padding_and_an_appended_eos_as_decoder_embedders_tokenise(tiny_bei
     _assert_same(batch, _tokenised_texts(dm, groups))
     mask = batch.passages["attention_mask"]
     assert (mask[:, -1] == 1).all() and (mask[:, 0] == 0).any()  # padded, on the left
+
+
+def test_a_two_tower_run_with_the_store_trains_the_weights_of_one_without(tiny_beir, tiny_bert, tmp_path, monkeypatch):
+    from transformers import AutoModel
+
+    from multipos.train import train
+    from tests.helpers import compose_cfg, tiny_overrides
+
+    calls = []
+    real_batch = PassageTokens.batch
+
+    def counted(self, passage_ids):
+        calls.append(len(passage_ids))
+        return real_batch(self, passage_ids)
+
+    monkeypatch.setattr(PassageTokens, "batch", counted)
+
+    def run(out):
+        train(compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, out, "loss=lsepair", "trainer.max_epochs=2",
+                                                  "data.source.negative_depth=3", "data.group_size=8",
+                                                  "module.optimizer.lr=1e-3")))
+        return AutoModel.from_pretrained(out / "model").state_dict()
+
+    with_store = run(tmp_path / "store")
+    assert calls, "the run did not collate from the store"
+    monkeypatch.setattr(MultiPosDataModule, "passage_tokens", lambda self: None)
+    calls.clear()
+    without = run(tmp_path / "texts")
+    assert not calls
+    assert with_store.keys() == without.keys()
+    for name, weight in without.items():
+        assert torch.equal(with_store[name], weight), name
