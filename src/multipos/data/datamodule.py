@@ -307,13 +307,13 @@ class MultiPosDataModule(L.LightningDataModule):
         pools = dataset.pools or {}
         pooled = dict.fromkeys(p for q, pos in dataset.items for p in (*pos, *pools.get(q.query_id, q.negatives)))
         per_epoch = -(-len(dataset) // world_size) * self.builder_args["group_size"]
-        new = sum(1 for p in pooled if p not in store.rows)
-        if new > per_epoch:
+        new = [p for p in pooled if p not in store.rows]
+        if len(new) > per_epoch:
             log.info("passage tokens: no store (%d passages to tokenise, more than the %d an epoch collates on this "
-                     "rank): batches tokenise their texts", new, per_epoch)
+                     "rank): batches tokenise their texts", len(new), per_epoch)
             store = None
         else:
-            store.add(pooled)
+            store.add(new)
             self._passage_tokens = store
         self._passage_tokens_for = (dataset, dataset.pools, settings, store)
         return store

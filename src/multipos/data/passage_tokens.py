@@ -92,10 +92,10 @@ class PassageTokens:
         """Tokenizer output for ``passage_ids`` in order, padded to the longest: tensors [n, L] (L ≤ ``max_length``),
         equal to ``tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")``.
         Passages not stored are tokenised here."""
-        missing = [p for p in passage_ids if p not in self.rows]
         if not self.exact:
             return self.tokenizer(self._texts(passage_ids), padding=True, truncation=True,
                                   max_length=self.max_length, return_tensors="pt")
+        missing = [p for p in passage_ids if p not in self.rows]
         fresh = dict(zip(missing, self._encode(missing)["input_ids"])) if missing else {}
         ids = []
         for p in passage_ids:
