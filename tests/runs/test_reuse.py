@@ -48,6 +48,27 @@ def test_curriculum_with_a_multi_positive_stage_depends_on_m(tiny_beir, tiny_ber
     assert _key(a) != _key(b)
 
 
+def test_a_stage_field_left_out_null_or_at_its_default_is_one_key(tiny_beir, tiny_bert, tmp_path):
+    base = _key(_cfg(tiny_beir, tiny_bert, tmp_path, "loss=lsepair"))
+    for field, value in (("keep", "best"), ("keep", "null"), ("optimizer", "fresh"), ("lr_schedule", "restart"),
+                         ("lr", "null")):
+        assert _key(_cfg(tiny_beir, tiny_bert, tmp_path, "loss=lsepair", f"+stages.main.{field}={value}")) == base
+    for field, value in (("keep", "last"), ("optimizer", "carry"), ("lr", "1e-4")):
+        assert _key(_cfg(tiny_beir, tiny_bert, tmp_path, "loss=lsepair", f"+stages.main.{field}={value}")) != base
+
+
+@pytest.mark.parametrize("loss", ["singlelh", "jointlh"])
+def test_the_query_side_figure_cell_at_table_2s_group_is_table_2s_model(tmp_path, loss):
+    """Table 2 leaves ``keep`` out, the figure writes ``keep: best``: under fine_tuning=query_side both keep the
+    best dev checkpoint of the same training, so the figure's G=8, M=4 cells copy Table 2's runs."""
+    def key(*overrides):
+        return _key(compose_cfg("train", [*overrides, "fine_tuning=query_side", f"loss={loss}", "seed=42",
+                                          f"paths.output_dir={tmp_path}"]))
+    table2 = key("experiment=table2_homogeneous")
+    assert key("experiment=figure_ratio_ablation", "ratio=g8_m4") == table2
+    assert key("experiment=figure_ratio_ablation", "ratio=g16_m4") != table2
+
+
 def test_a_study_copies_the_equivalent_finished_run_and_the_copy_equals_training(tiny_beir, tiny_bert, tmp_path):
     from multipos.report.render import provenance
     from multipos.report.runs import load_run
