@@ -10,7 +10,7 @@ export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install train study render test test-slow bench clean-cache
+.PHONY: install train study studies-query-side render test test-slow bench clean-cache
 
 ## --no-compile: pip would byte-compile every module of the stack (92 s for the whole install here, 48 s without);
 ## Python compiles, and caches, only the modules a run imports, the first time it imports them (about 10 s once).
@@ -48,6 +48,19 @@ train: install
 ## One study of the paper: make study NAME=table2_homogeneous [ARGS="scale=paper seed=42,43,44"], then make render NAME=...
 study: install
 	$(BIN)/python train.py -m experiment=$(NAME) $(ARGS)
+
+## Every query-side study with five seeds (seeds 42-46, two runs side by side), each rendered after its sweep, in the
+## order that lets a study copy the runs it shares with one before it (reuse_equivalent, docs/reliability.md): Table 3
+## evaluates Table 2's models, the figure copies Table 2's G=8, M=4 cells and Appendix B's first-M cells at G=16, and
+## the candidate set the figure's group cells. Hours on 2 cores (docs/experiments.md gives each study's wall time).
+QUERY_SIDE_STUDIES = table2_homogeneous table3_ood table4_heterogeneous table5_curriculum table6_lsepair_variants \
+	table7_budget table8_first_vs_random_m table9_recontriever figure_ratio_ablation
+studies-query-side: install
+	set -e; for s in $(QUERY_SIDE_STUDIES); do \
+	  $(BIN)/python train.py -m experiment=$$s fine_tuning=query_side seed=42,43,44,45,46 launcher=parallel $(ARGS); \
+	  $(BIN)/python -m multipos.report.render multirun/$$s-cpu-query_side; done
+	$(BIN)/python train.py -m experiment=candidate_set launcher=parallel $(ARGS)
+	$(BIN)/python -m multipos.report.render multirun/candidate_set-cpu-query_side
 
 render: install
 	$(BIN)/python -m multipos.report.render multirun/$(NAME)-$(or $(SCALE),cpu)

@@ -228,3 +228,18 @@ def test_the_query_side_gpu_variant_sweeps_beside_the_cpu_query_side_study():
     plain = [compose_cfg("train", ["experiment=table4_heterogeneous", *qs, *extra, *cell, "paths.output_dir=o"])
              for extra in ([], gpu)]
     assert config_hash(plain[0]) != config_hash(plain[1])
+
+
+def test_make_studies_query_side_runs_each_study_after_the_ones_it_copies_from():
+    """``make studies-query-side``: every listed study exists, and Table 3 (Table 2's models), the figure (Table 2's
+    G=8, M=4 cells, Appendix B's first-M G=16 cells) and the candidate set (the figure's group cells) come after the
+    studies whose runs they copy or evaluate."""
+    makefile = (Path(CONF).parent / "Makefile").read_text()
+    listed = makefile.split("QUERY_SIDE_STUDIES =", 1)[1].split("\nstudies-query-side:", 1)[0]
+    studies = listed.replace("\\", " ").split() + ["candidate_set"]
+    assert set(studies) <= set(EXPERIMENTS)
+    assert set(PAPER_TABLES) - {"nfcorpus_recipe_search", "default"} <= set(studies)  # every paper table
+    order = {name: i for i, name in enumerate(studies)}
+    assert order["table2_homogeneous"] < order["table3_ood"]
+    assert max(order["table2_homogeneous"], order["table8_first_vs_random_m"]) < order["figure_ratio_ablation"]
+    assert order["figure_ratio_ablation"] < order["candidate_set"]
