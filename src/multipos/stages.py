@@ -37,6 +37,8 @@ SINGLE_POSITIVE_CHOICES = ("auto", "first", "random", "none")
 OPTIMIZER_CHOICES = ("fresh", "carry")
 SCHEDULE_CHOICES = ("restart", "continue")
 KEEP_CHOICES = ("best", "last")
+#: The value a stage field takes when it is left out or null ({field: default}; :func:`make_stage`).
+DEFAULTS = {"optimizer": "fresh", "lr_schedule": "restart", "lr": None, "keep": "best"}
 FIELDS = ("regime", "objective", "epochs", "single_positive", "optimizer", "lr_schedule", "lr", "keep")
 
 
@@ -49,10 +51,10 @@ class Stage:
     objective: str
     epochs: int
     single_positive: str | None = None  # resolved: None (multi-positive), "first" or "random"
-    optimizer: str = "fresh"
-    lr_schedule: str = "restart"
-    lr: float | None = None
-    keep: str = "best"
+    optimizer: str = DEFAULTS["optimizer"]
+    lr_schedule: str = DEFAULTS["lr_schedule"]
+    lr: float | None = DEFAULTS["lr"]
+    keep: str = DEFAULTS["keep"]
 
     def describe(self) -> dict:
         """Plain dict of the stage (logged and written to ``run_info.json``)."""
@@ -99,10 +101,10 @@ def make_stage(name: str, spec: Mapping[str, Any]) -> Stage:
         raise ValueError(f"stages.{name}.lr must be > 0, got {lr}")
     return Stage(
         name=name, regime=regime, objective=objective, epochs=epochs, single_positive=single,
-        optimizer=_choice(name, "optimizer", spec.get("optimizer") or "fresh", OPTIMIZER_CHOICES),
-        lr_schedule=_choice(name, "lr_schedule", spec.get("lr_schedule") or "restart", SCHEDULE_CHOICES),
+        optimizer=_choice(name, "optimizer", spec.get("optimizer") or DEFAULTS["optimizer"], OPTIMIZER_CHOICES),
+        lr_schedule=_choice(name, "lr_schedule", spec.get("lr_schedule") or DEFAULTS["lr_schedule"], SCHEDULE_CHOICES),
         lr=None if lr is None else float(lr),
-        keep=_choice(name, "keep", spec.get("keep") or "best", KEEP_CHOICES),
+        keep=_choice(name, "keep", spec.get("keep") or DEFAULTS["keep"], KEEP_CHOICES),
     )
 
 

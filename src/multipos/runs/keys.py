@@ -23,8 +23,10 @@ from typing import Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
-__all__ = ["VOLATILE_KEYS", "SEED_FREE_KEYS", "NOT_COMPUTED", "IGNORED_BY_SINGLE_POSITIVE", "STAGE_DEFAULTS",
-           "config_hash", "equivalence_key"]
+from multipos.stages import DEFAULTS as STAGE_DEFAULTS
+
+__all__ = ["VOLATILE_KEYS", "SEED_FREE_KEYS", "NOT_COMPUTED", "IGNORED_BY_SINGLE_POSITIVE", "config_hash",
+           "equivalence_key"]
 
 #: Config keys that do not change what a run computes (paths, report layout, study name and CPU size, resume and
 #: reuse switches, the speed settings ``threads``, ``parallel_jobs`` and ``pack_sequences``, ``prepare_only`` (a run stopped
@@ -43,12 +45,6 @@ NOT_COMPUTED = ("logger",)
 
 #: ``data`` fields a stage with a single-positive objective (SingleLH, Rand1LH) does not read.
 IGNORED_BY_SINGLE_POSITIVE = ("max_positives", "positive_selection")
-
-#: Stage fields that :func:`multipos.stages.make_stage` reads as their default when left out or null, with that
-#: default: {field: default}. :func:`equivalence_key` leaves such a field out at its default, so a stage that
-#: writes ``keep: best`` (the query-side figure, Tables 5 and 8) and one that leaves ``keep`` out (Table 2) have
-#: one key when they train the same model. ``single_positive`` is not among them: every stage config writes it.
-STAGE_DEFAULTS = {"keep": "best", "optimizer": "fresh", "lr_schedule": "restart", "lr": None}
 
 #: Where classes named by ``_target_`` lived when their runs' hashes were first computed: a class's module moving
 #: (the data / evaluation / retrieval subpackages, every callback into multipos.callbacks, 2026-11-24) does not change what a run computes, so the hash
@@ -126,7 +122,9 @@ def equivalence_key(cfg: DictConfig, single_positive: Iterable[str | None]) -> s
 
     ``single_positive``: the resolved ``single_positive`` of each stage that trains (``None``, ``"first"`` or
     ``"random"``, :class:`multipos.stages.Stage`); an empty list (evaluation only) also drops them, since nothing
-    builds a group. Stage fields at their default (:data:`STAGE_DEFAULTS`) are left out.
+    builds a group. A stage field at its default (:data:`multipos.stages.DEFAULTS`) is left out, so a stage that
+    writes ``keep: best`` (the query-side figure, Tables 5 and 8) and one that leaves ``keep`` out (Table 2) have
+    one key when they train the same model.
 
     Changing this rule changes the keys of finished runs, not their config hashes: such a run stays finished and
     gets its new key when its sweep is run again (:func:`multipos.runs.lifecycle.open_run`).
