@@ -170,7 +170,10 @@ def test_a_two_tower_run_with_the_store_trains_the_weights_of_one_without(tiny_b
     def run(out):
         train(compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, out, "loss=lsepair", "trainer.max_epochs=2",
                                                   "data.source.negative_depth=3", "data.group_size=8",
-                                                  "module.optimizer.lr=1e-3")))
+                                                  "module.optimizer.lr=1e-3",
+                                                  # collate in this process, where the counter is: on a GPU
+                                                  # ${auto_workers:} gives 4 DataLoader workers, which count in theirs
+                                                  "data.num_workers=0")))
         return AutoModel.from_pretrained(out / "model").state_dict()
 
     with_store = run(tmp_path / "store")
