@@ -10,8 +10,10 @@ Ratios (> 1 = multipos faster), with the targets of issue 9:
   (≥ 1.0), with the same attention dropout as multipos (0, ``model=minilm``); ``step_vs_st_mnrl_shipped``
   keeps the checkpoint's attention dropout 0.1 on the sentence-transformers side;
 * ``lightning_vs_bare`` = bare step time / Lightning ``fit`` step time (≥ 0.9): the whole loop — data loading,
-  collation (tokenisation), transfer, step, logging — against the bare step on the same batches already
-  tokenised;
+  collation (tokenisation), transfer, step, logging — against the bare step on batches already collated, timed
+  right before it; the median over ``--loop-rounds`` rounds (``lightning_rounds`` lists each round's seconds);
+  ``lightning_collated_vs_bare``: the Lightning loop over the bare loop's own collated batches (its cost apart
+  from data loading);
 * ``encode_vs_st`` = sentence-transformers ``encode`` time / multipos ``encode`` time (≥ 1.2), same passages,
   batch size and truncation; each side in its own default precision (multipos: bf16 where native; ST: fp32);
 * ``objective_share@B,G`` = objective time (forward + backward of the loss on a [B, B·G] score matrix) / step
@@ -25,9 +27,8 @@ Ratios (> 1 = multipos faster), with the targets of issue 9:
 
 Options: ``--threads N`` (torch CPU threads; 1 keeps the ratios stable on a CPU shared with other jobs),
 ``--skip steps encode share ddp collate``, ``--out FILE``, ``--workers 4,8,12`` (the Lightning loop again with each DataLoader
-worker count, over ``--loop-steps`` steps: ``lightning_vs_bare_workers_<n>``; a batch of B=64 × G=8 at 128 tokens
-took 0.33 s to collate on one core of the 2-core EPYC, so 4 workers deliver at most about 12 batches/s, fewer than
-a GPU step of 0.046 s asks for).
+worker count, against a bare loop timed right before it: ``lightning_vs_bare_workers_<n>``), ``--loop-steps N`` (steps
+of each Lightning loop; default: rounds), ``--loop-rounds N`` (default 3).
 
 Sizes: ``--quick`` B=4, G=4, 32/64-token queries/passages, 128 passages encoded at 64 tokens; full: B=64, G=8,
 32/128 tokens, 4096 passages at 256 tokens. Default: full on CUDA, quick otherwise. Device: CUDA when available;
@@ -54,8 +55,10 @@ SIZES = {
 SHARE_SIZES = ((128, 8), (512, 16))
 
 
-def step_ratios(data, device, bf16: bool, size: dict, res: dict, workers: list[int] = (), loop_steps: int | None = None):
-    """multipos vs bare vs sentence-transformers MNRL steps, then the Lightning loop, on the same batches."""
+def step_ratios(data, device, bf16: bool, size: dict, res: dict, workers: list[int] = (), loop_steps: int | None = None,
+                loop_rounds: int = 3):
+    """multipos vs bare vs sentence-transformers MNRL steps, then the Lightning loop in ``loop_rounds`` rounds (each
+    against a bare loop timed right before it; ``lightning_rounds``), on the same batches."""
     from sides import bare_step, data_module, lightning_loop, multipos_step, st_columns, st_model, st_step
 
     B, G, rounds = size["batch"], size["group"], size["rounds"]
@@ -87,19 +90,34 @@ def step_ratios(data, device, bf16: bool, size: dict, res: dict, workers: list[i
                       "st_mnrl": "attention 0.0, hidden 0.1", "st_mnrl_shipped": "attention 0.1, hidden 0.1 (checkpoint)"}
     del st_sides, sides
 
-    loop = lightning_loop(data, dm, device, rounds)
-    bare_again = interleaved({"bare": bare_step(data, device, bf16, G)}, batches, warmup=1, device=device)["bare"]
-    bare = statistics.median([t["bare"], bare_again])
-    res["step_s_lightning_loop"] = round(statistics.median(loop), 4)
-    res["step_s_bare_for_loop"] = round(bare, 4)
-    res["lightning_vs_bare"] = round(bare / statistics.median(loop), 3)
-    res["queries_per_s_lightning_loop"] = round(B / statistics.median(loop), 2)
+    # the Lightning loop against a bare loop timed right before it, in rounds: the bare loop's own time moved by 36 %
+    # between two runs on the H200 (H5: 0.047 and 0.064 s on the same batches), so each loop is compared with its own
+    # round's bare loop and the ratio is the median over rounds. Each round also times the Lightning loop over the bare
+    # loop's already collated batches: the loop's own cost, apart from data loading.
+    bare_fn, per_round = bare_step(data, device, bf16, G), []
+    for _ in range(loop_rounds):
+        bare_r = interleaved({"bare": bare_fn}, batches, warmup=1, device=device)["bare"]
+        collated_r = statistics.median(lightning_loop(data, batches, device, loop_steps or rounds))
+        loop_r = statistics.median(lightning_loop(data, dm, device, loop_steps or rounds))
+        per_round.append({"bare": round(bare_r, 4), "lightning_collated": round(collated_r, 4),
+                          "lightning_loop": round(loop_r, 4)})
+    res["lightning_rounds"] = per_round
+    res["step_s_lightning_loop"] = round(statistics.median(r["lightning_loop"] for r in per_round), 4)
+    res["step_s_lightning_collated"] = round(statistics.median(r["lightning_collated"] for r in per_round), 4)
+    res["step_s_bare_for_loop"] = round(statistics.median(r["bare"] for r in per_round), 4)
+    res["lightning_vs_bare"] = round(statistics.median(r["bare"] / r["lightning_loop"] for r in per_round), 3)
+    res["lightning_collated_vs_bare"] = round(statistics.median(r["bare"] / r["lightning_collated"] for r in per_round), 3)
+    res["queries_per_s_lightning_loop"] = round(B / res["step_s_lightning_loop"], 2)
     res["dataloader_workers"] = dm.num_workers
-    for n in workers:  # the same loop with n DataLoader workers (the bare step above is the reference)
+    default_workers = dm.num_workers
+    for n in workers:  # the same loop with n DataLoader workers, against a bare loop timed right before it
         dm.num_workers = n
+        bare_n = interleaved({"bare": bare_fn}, batches, warmup=1, device=device)["bare"]
         loop_n = lightning_loop(data, dm, device, loop_steps or rounds)
         res[f"step_s_lightning_loop_workers_{n}"] = round(statistics.median(loop_n), 4)
-        res[f"lightning_vs_bare_workers_{n}"] = round(bare / statistics.median(loop_n), 3)
+        res[f"step_s_bare_before_workers_{n}"] = round(bare_n, 4)
+        res[f"lightning_vs_bare_workers_{n}"] = round(bare_n / statistics.median(loop_n), 3)
+    dm.num_workers = default_workers
     return t["multipos"]
 
 
@@ -232,7 +250,9 @@ def main() -> None:
                     help="torch CPU threads (default: torch's); 1 keeps ratios stable on a CPU shared with other jobs")
     ap.add_argument("--workers", type=lambda v: [int(x) for x in v.split(",")], default=[],
                     help="also time the Lightning loop with each of these DataLoader worker counts, e.g. 4,8,12")
-    ap.add_argument("--loop-steps", type=int, default=None, help="steps of each --workers loop (default: rounds)")
+    ap.add_argument("--loop-steps", type=int, default=None, help="steps of each Lightning loop (default: rounds)")
+    ap.add_argument("--loop-rounds", type=int, default=3,
+                    help="rounds of bare loop, Lightning loop over collated batches, Lightning loop over the data module")
     ap.add_argument("--out", type=Path, default=OUT, help=f"results file (default {OUT.relative_to(OUT.parents[2])})")
     args = ap.parse_args()
     if args.threads:
@@ -263,7 +283,8 @@ def main() -> None:
     if "collate" not in args.skip:
         phase("collate", collate_ratio, data, res)
     if "steps" not in args.skip:
-        step_s = phase("steps", step_ratios, data, device, bf16, size, res, args.workers, args.loop_steps)
+        step_s = phase("steps", step_ratios, data, device, bf16, size, res, args.workers, args.loop_steps,
+                       args.loop_rounds)
     if "encode" not in args.skip:
         phase("encode", encode_ratio, data, device, bf16, size, res)
     if "share" not in args.skip and (step_s is not None or full_step):

@@ -182,7 +182,11 @@ class StepTimer(L.Callback):
 
 def lightning_loop(data: BenchData, dm, device, steps: int) -> list[float]:
     """``Trainer.fit`` (``conf/trainer/default.yaml``: precision where native, clipping 1.0, logging every step to a
-    CSV logger) of a RetrieverModule on ``dm`` for ``steps`` + 1 steps → seconds of each step after the first."""
+    CSV logger) of a RetrieverModule for ``steps`` + 1 steps → seconds of each step after the first.
+
+    ``dm``: the data module (the whole loop: DataLoader workers, collation, transfer, the step, logging), or a list of
+    already collated :class:`multipos.data.collate.Batch` objects, cycled as needed (the loop's own cost alone: hooks,
+    the precision plugin, logging and transfer, on the batches a bare loop times)."""
     from hydra.utils import instantiate
     from lightning.pytorch.loggers import CSVLogger
     from omegaconf import OmegaConf
@@ -198,5 +202,9 @@ def lightning_loop(data: BenchData, dm, device, steps: int) -> list[float]:
                           enable_progress_bar=False, enable_model_summary=False, callbacks=[timer],
                           logger=CSVLogger(tempfile.mkdtemp(prefix="multipos-bench-csv-")))
     module = RetrieverModule(multipos_model(data), ContrastiveLoss("singlelh"), scheduler=None)
-    trainer.fit(module, datamodule=dm)
+    if isinstance(dm, list):
+        cycled = (dm * (steps // len(dm) + 2))[: steps + 1]
+        trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader(cycled, batch_size=None, shuffle=False))
+    else:
+        trainer.fit(module, datamodule=dm)
     return timer.steps

@@ -3,16 +3,19 @@
 # multirun/default-cpu-gpu), its summary, then the speed benches on the same GPU: bench_speed.py (multipos vs bare
 # step vs sentence-transformers MNRL, Lightning loop vs bare step, encode vs sentence-transformers, objective share)
 # and bench_fit_vs_st.py (whole fit vs SentenceTransformerTrainer.train). Results -> $OUT/main.tar.gz.
-# Time limits: TRAIN_S, SPEED_S, FIT_S (seconds); SPEED_ARGS replaces bench_speed.py's options (default --skip ddp).
+# Time limits: TRAIN_S (0 skips the main job), SPEED_S, FIT_S (seconds); SPEED_ARGS replaces bench_speed.py's options (default --skip ddp).
 . bench/gpu/setup.sh || exit 3
 R=/tmp/results/main; mkdir -p $R
-t0=$(date +%s)
-timeout ${TRAIN_S:-300} python3 train.py -m experiment=default seed=42,43,44 trainer=gpu ++size.suffix=-gpu \
-  trainer.enable_progress_bar=false > $R/train.log 2>&1; echo "main job rc=$? $(( $(date +%s) - t0 )) s" | tee -a $R/times.txt
-python3 -m multipos.report.summary multirun/default-cpu-gpu > $R/summary.txt 2>&1
+if [ "${TRAIN_S:-300}" != 0 ]; then  # TRAIN_S=0: the benches alone
+  t0=$(date +%s)
+  timeout ${TRAIN_S:-300} python3 train.py -m experiment=default seed=42,43,44 trainer=gpu ++size.suffix=-gpu \
+    trainer.enable_progress_bar=false > $R/train.log 2>&1; echo "main job rc=$? $(( $(date +%s) - t0 )) s" | tee -a $R/times.txt
+  python3 -m multipos.report.summary multirun/default-cpu-gpu > $R/summary.txt 2>&1
+fi
 t0=$(date +%s)
 timeout ${SPEED_S:-150} python3 bench/bench_speed.py ${SPEED_ARGS:---skip ddp} --out $R/speed.jsonl > $R/bench_speed.log 2>&1; echo "bench_speed rc=$? $(( $(date +%s) - t0 )) s" | tee -a $R/times.txt
 t0=$(date +%s)
 timeout ${FIT_S:-140} python3 bench/bench_fit_vs_st.py --out $R/speed.jsonl > $R/fit_vs_st.log 2>&1; echo "fit_vs_st rc=$? $(( $(date +%s) - t0 )) s" | tee -a $R/times.txt
-tar -czf $OUT/main.tar.gz --exclude='checkpoints' --exclude='model' --exclude='run.*.trec' -C /tmp/results main -C $PWD multirun/default-cpu-gpu
-cat $R/summary.txt | tail -n 25; cat $R/times.txt; tail -c 2500 $R/speed.jsonl
+sweep=$([ -d multirun/default-cpu-gpu ] && echo multirun/default-cpu-gpu)
+tar -czf $OUT/main.tar.gz --exclude='checkpoints' --exclude='model' --exclude='run.*.trec' -C /tmp/results main ${sweep:+-C $PWD $sweep}
+[ -f $R/summary.txt ] && tail -n 25 $R/summary.txt; cat $R/times.txt; tail -c 2500 $R/speed.jsonl
