@@ -131,14 +131,15 @@ def test_no_store_when_it_would_tokenise_more_than_an_epoch_collates_on_this_ran
     assert set(dm.passage_tokens().rows) == pooled
 
 
-def test_left_padding_and_an_appended_eos_as_decoder_embedders_tokenise(tiny_beir, tiny_bert):
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_padding_on_the_tokenizers_side_and_an_appended_eos_as_decoder_embedders_tokenise(tiny_beir, tiny_bert, side):
     from multipos.tokenization import ensure_eos
 
     dm = _datamodule(tiny_beir, tiny_bert)
     tok = AutoTokenizer.from_pretrained(str(tiny_bert))
     tok.eos_token = "[SEP]"
     ensure_eos(tok)
-    tok.padding_side = "left"
+    tok.padding_side = side
     dm._tokenizer = tok  # as use_encoder_inputs hands the model's tokenizer over
     for k, pid in enumerate(dm.corpus.ids):  # passages of 1 to 4 words: batches that need padding
         passage = dm.corpus[pid]
@@ -149,7 +150,19 @@ def test_left_padding_and_an_appended_eos_as_decoder_embedders_tokenise(tiny_bei
     batch = collate(groups)
     _assert_same(batch, _tokenised_texts(dm, groups))
     mask = batch.passages["attention_mask"]
-    assert (mask[:, -1] == 1).all() and (mask[:, 0] == 0).any()  # padded, on the left
+    first, last = (0, -1) if side == "left" else (-1, 0)
+    assert (mask[:, last] == 1).all() and (mask[:, first] == 0).any()  # padded, on the tokenizer's side
+
+
+def test_a_tokenizer_without_a_pad_token_is_a_value_error(tiny_beir, tiny_bert):
+    dm = _datamodule(tiny_beir, tiny_bert)
+    tok = AutoTokenizer.from_pretrained(str(tiny_bert))
+    store = PassageTokens(tok, dm.corpus, "", 12)
+    ids = dm.corpus.ids[:3]
+    store.add(ids)
+    tok.pad_token = None
+    with pytest.raises(ValueError, match="has no pad token"):
+        store.batch(ids)
 
 
 def test_a_two_tower_run_with_the_store_trains_the_weights_of_one_without(tiny_beir, tiny_bert, tmp_path, monkeypatch):
