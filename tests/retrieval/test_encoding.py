@@ -285,3 +285,39 @@ def test_batches_are_sorted_by_tokens_within_each_window(model, corpus, monkeypa
     assert len(rows) == len(texts) and rows == sorted(rows, reverse=True)
     by_chars = model.tokenize([texts[i] for i in np.argsort([-len(t) for t in texts], kind="stable")], kind="passage")
     assert by_chars["attention_mask"].sum(1).tolist() != rows  # the character order alone is not token order
+
+
+@pytest.mark.parametrize("batches", [1, 3, 16])
+def test_tokenising_the_next_window_in_a_thread_gives_the_same_embeddings(model, corpus, monkeypatch, caplog, batches):
+    """``overlap=True`` (the default on CUDA) tokenises window k + 1 in a background thread while the model encodes
+    window k: the embeddings are bitwise those of tokenising in turn (fp32 on the CPU), and every window after the
+    first is tokenised in that thread; the log line says how long tokenising took and how long encoding waited."""
+    import threading
+
+    _, texts = corpus
+    monkeypatch.setattr(encoding, "TOKENIZE_BATCHES", batches)
+    in_turn = encode(model, texts, "passage", batch_size=4, bf16=False, progress=False, device=None, overlap=False)
+    threads, real = [], model.tokenize
+
+    def spy(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(model, "tokenize", spy)
+    with caplog.at_level(logging.INFO, logger="multipos.retrieval.encoding"):
+        overlapped = encode(model, texts, "passage", batch_size=4, bf16=False, progress=False, device=None, overlap=True)
+    np.testing.assert_array_equal(overlapped, in_turn)
+    windows = -(-len(texts) // (4 * batches))
+    assert len(threads) == windows
+    if windows > 1:
+        assert all(name.startswith("multipos-tokenize") for name in threads)
+        assert "in a background thread, waited for" in caplog.text
+    else:  # one window: nothing to overlap, tokenised in turn
+        assert "in turn with the model" in caplog.text
+
+
+def test_overlap_defaults_to_cuda_only(model, corpus, caplog):
+    _, texts = corpus
+    with caplog.at_level(logging.INFO, logger="multipos.retrieval.encoding"):
+        encode(model, texts, "passage", batch_size=4, bf16=False, progress=False, device=None)
+    assert "in turn with the model" in caplog.text  # a CPU model: its cores already run the model
