@@ -16,6 +16,8 @@ Ratios (> 1 = multipos faster), with the targets of issue 9:
   from data loading);
 * ``encode_vs_st`` = sentence-transformers ``encode`` time / multipos ``encode`` time (≥ 1.2), same passages,
   batch size and truncation; each side in its own default precision (multipos: bf16 where native; ST: fp32);
+  ``encode_tokenize_s`` against ``encode_s_multipos``: the tokenizer alone over the same windows, against the whole
+  encode (what bounds it on a GPU);
 * ``objective_share@B,G`` = objective time (forward + backward of the loss on a [B, B·G] score matrix) / step
   time (≤ 1 %), for B=128, G=8 and B=512, G=16; the step is measured at those sizes on a GPU (or with
   ``--full-step``), else extrapolated from the measured step (see ``step_estimate``);
@@ -142,6 +144,15 @@ def encode_ratio(data, device, bf16: bool, size: dict, res: dict) -> None:
     res["encode_passages_per_s_st"] = round(len(texts) / t["sentence_transformers"], 1)
     res["encode_vs_st"] = round(t["sentence_transformers"] / t["multipos"], 3)
     res["encode_precision"] = {"multipos": "bf16 autocast" if bf16 else "fp32", "st": "fp32 (its default)"}
+    # what bounds encoding: the tokenizer alone over the same windows encode() tokenises (on CUDA it now runs in a
+    # background thread while the GPU encodes the previous window), against the whole encode
+    from multipos.retrieval.encoding import TOKENIZE_BATCHES
+
+    window, start = batch * TOKENIZE_BATCHES, time.perf_counter()
+    for first in range(0, len(texts), window):
+        model.tokenize(texts[first : first + window], kind="passage", max_length=length)
+    res["encode_tokenize_s"] = round(time.perf_counter() - start, 3)
+    res["encode_s_multipos"] = round(t["multipos"], 3)
     a, b = out["multipos"], np.asarray(out["st"], dtype=np.float32)
     res["encode_min_cosine_multipos_vs_st"] = round(float(np.min(np.sum(a * b, 1) / (
         np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)))), 6)
