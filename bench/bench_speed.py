@@ -17,7 +17,8 @@ Ratios (> 1 = multipos faster), with the targets of issue 9:
 * ``encode_vs_st`` = sentence-transformers ``encode`` time / multipos ``encode`` time (≥ 1.2), same passages,
   batch size and truncation; each side in its own default precision (multipos: bf16 where native; ST: fp32);
   ``encode_tokenize_s`` against ``encode_s_multipos``: the tokenizer alone over the same windows, against the whole
-  encode (what bounds it on a GPU);
+  encode (what bounds it on a GPU); ``encode_s_new_shapes_512`` against ``encode_s_seen_shapes_512``: the same passages
+  at up to 512 tokens in batches of 61, first with every batch shape new to the process, then again;
 * ``objective_share@B,G`` = objective time (forward + backward of the loss on a [B, B·G] score matrix) / step
   time (≤ 1 %), for B=128, G=8 and B=512, G=16; the step is measured at those sizes on a GPU (or with
   ``--full-step``), else extrapolated from the measured step (see ``step_estimate``);
@@ -47,7 +48,7 @@ import time
 from pathlib import Path
 
 import torch
-from common import append_result, bench_data, interleaved, machine_info, pick_device
+from common import append_result, bench_data, interleaved, machine_info, pick_device, sync
 
 OUT = Path(__file__).resolve().parent / "results" / "speed.jsonl"
 SIZES = {
@@ -153,6 +154,15 @@ def encode_ratio(data, device, bf16: bool, size: dict, res: dict) -> None:
         model.tokenize(texts[first : first + window], kind="passage", max_length=length)
     res["encode_tokenize_s"] = round(time.perf_counter() - start, 3)
     res["encode_s_multipos"] = round(t["multipos"], 3)
+    # shapes met for the first time: interleaved() warms every shape before timing, but a job encoding a corpus once
+    # meets each padded width once (on CUDA, cuDNN's attention builds a plan per shape: the suspected reason the main
+    # job encoded TREC DL 2019 at 1,265 passages/s and TREC DL 2020 right after at 2,134/s, H5). A batch size used
+    # nowhere else (61) and up to 512 tokens make every batch shape new, then the same encode again meets them all seen.
+    for tag in ("new", "seen"):
+        start = time.perf_counter()
+        encode(model, texts, "passage", max_length=512, batch_size=61, bf16=bf16, progress=False, device=None)
+        sync(device)
+        res[f"encode_s_{tag}_shapes_512"] = round(time.perf_counter() - start, 3)
     a, b = out["multipos"], np.asarray(out["st"], dtype=np.float32)
     res["encode_min_cosine_multipos_vs_st"] = round(float(np.min(np.sum(a * b, 1) / (
         np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)))), 6)
