@@ -22,14 +22,13 @@ end=$(( $(date +%s) + ${STUDY_S:-470} ))
 # studies the archive holds (their finished runs are skipped). table3_ood (named in STUDIES) trains Table 2 again first,
 # for its models, which the archive lacks: about 6 minutes for three seeds on the H200 (expected, not measured)
 set -- ${STUDIES:-table7_budget table8_first_vs_random_m table9_recontriever figure_ratio_ablation table2_homogeneous table4_heterogeneous table5_curriculum table6_lsepair_variants}
-study_seeds() {  # study seed...: one process per seed, side by side, until the deadline
+study_seeds() {  # study seed...: one background process per seed, stopped at the deadline (the caller waits)
   local study=$1; shift
   [ $(( end - $(date +%s) )) -gt 30 ] || return 0  # `timeout 0` would mean no limit
   for seed in "$@"; do
     timeout $(( end - $(date +%s) )) python3 train.py -m experiment=$study seed=$seed trainer=gpu $VARIANT \
       trainer.enable_progress_bar=false > $R/$study-$seed.log 2>&1 &
   done
-  wait
 }
 while [ $# -gt 0 ] && [ $(date +%s) -lt $(( end - 60 )) ]; do
   t0=$(date +%s)
@@ -38,18 +37,13 @@ while [ $# -gt 0 ] && [ $(date +%s) -lt $(( end - 60 )) ]; do
     # stay on this machine, Table 3 evaluates them, and the archive's Table 2 folder (if any) is put back unchanged
     shift; t2=multirun/table2_homogeneous$SWEEP; held=/tmp/held-table2$SWEEP
     rm -rf $held; [ -d $t2 ] && mv $t2 $held
-    study_seeds table2_homogeneous $SEEDS; study_seeds table3_ood $SEEDS
+    study_seeds table2_homogeneous $SEEDS; wait; study_seeds table3_ood $SEEDS; wait
     rm -rf $t2; [ -d $held ] && mv $held $t2
     echo "table2_homogeneous (again, for its models) + table3_ood $(( $(date +%s) - t0 )) s" | tee -a $R/times.txt
     continue
   fi
   pair="$1 ${2:-}"; shift; [ $# -gt 0 ] && shift
-  for study in $pair; do
-    for seed in $SEEDS; do
-      timeout $(( end - $(date +%s) )) python3 train.py -m experiment=$study seed=$seed trainer=gpu $VARIANT \
-        trainer.enable_progress_bar=false > $R/$study-$seed.log 2>&1 &
-    done
-  done
+  for study in $pair; do study_seeds $study $SEEDS; done
   wait; echo "$pair $(( $(date +%s) - t0 )) s" | tee -a $R/times.txt
 done
 tar -czf $OUT/studies.tar.gz --exclude='checkpoints' --exclude='model' --exclude='run.*.trec' -C /tmp/results studies \
