@@ -1,4 +1,5 @@
-"""The full main job (`make train` configuration) end to end — about 25 minutes on 2 CPU cores."""
+"""train.py's default job end to end (two-tower LSEPair on heterogeneous NFCorpus groups with all-MiniLM-L6-v2, the
+config with no experiment; `make train` runs the query-side recipe instead) — about 25 minutes on 2 CPU cores."""
 
 from __future__ import annotations
 
