@@ -13,7 +13,8 @@ Ratios (> 1 = multipos faster), with the targets of issue 9:
   collation (tokenisation), transfer, step, logging — against the bare step on batches already collated, timed
   right before it; the median over ``--loop-rounds`` rounds (``lightning_rounds`` lists each round's seconds);
   ``lightning_collated_vs_bare``: the Lightning loop over the bare loop's own collated batches (its cost apart
-  from data loading);
+  from data loading); ``lightning_unlogged_vs_bare``: the same without the module's two ``self.log`` calls a step
+  (what Lightning's per-step logging costs);
 * ``encode_vs_st`` = sentence-transformers ``encode`` time / multipos ``encode`` time (≥ 1.2), same passages,
   batch size and truncation; each side in its own default precision (multipos: bf16 where native; ST: fp32);
   ``encode_tokenize_s`` against ``encode_s_multipos``: the tokenizer alone over the same windows, against the whole
@@ -101,15 +102,17 @@ def step_ratios(data, device, bf16: bool, size: dict, res: dict, workers: list[i
     for _ in range(loop_rounds):
         bare_r = interleaved({"bare": bare_fn}, batches, warmup=1, device=device)["bare"]
         collated_r = statistics.median(lightning_loop(data, batches, device, loop_steps or rounds))
+        unlogged_r = statistics.median(lightning_loop(data, batches, device, loop_steps or rounds, log_steps=False))
         loop_r = statistics.median(lightning_loop(data, dm, device, loop_steps or rounds))
         per_round.append({"bare": round(bare_r, 4), "lightning_collated": round(collated_r, 4),
-                          "lightning_loop": round(loop_r, 4)})
+                          "lightning_unlogged": round(unlogged_r, 4), "lightning_loop": round(loop_r, 4)})
     res["lightning_rounds"] = per_round
     res["step_s_lightning_loop"] = round(statistics.median(r["lightning_loop"] for r in per_round), 4)
     res["step_s_lightning_collated"] = round(statistics.median(r["lightning_collated"] for r in per_round), 4)
     res["step_s_bare_for_loop"] = round(statistics.median(r["bare"] for r in per_round), 4)
     res["lightning_vs_bare"] = round(statistics.median(r["bare"] / r["lightning_loop"] for r in per_round), 3)
-    res["lightning_collated_vs_bare"] = round(statistics.median(r["bare"] / r["lightning_collated"] for r in per_round), 3)
+    for side in ("lightning_collated", "lightning_unlogged"):
+        res[f"{side}_vs_bare"] = round(statistics.median(r["bare"] / r[side] for r in per_round), 3)
     res["queries_per_s_lightning_loop"] = round(B / res["step_s_lightning_loop"], 2)
     res["dataloader_workers"] = dm.num_workers
     default_workers = dm.num_workers
