@@ -32,7 +32,8 @@ Ratios (> 1 = multipos faster), with the targets of issue 9:
 Options: ``--threads N`` (torch CPU threads; 1 keeps the ratios stable on a CPU shared with other jobs),
 ``--skip steps encode share ddp collate``, ``--out FILE``, ``--workers 4,8,12`` (the Lightning loop again with each DataLoader
 worker count, against a bare loop timed right before it: ``lightning_vs_bare_workers_<n>``), ``--loop-steps N`` (steps
-of each Lightning loop; default: rounds), ``--loop-rounds N`` (default 3).
+of each Lightning loop; default: rounds), ``--loop-rounds N`` (default 3). A SIGTERM (``timeout``) still writes the line,
+with what was measured before it and ``stopped_in`` naming the phase it stopped (exit status 124).
 
 Sizes: ``--quick`` B=4, G=4, 32/64-token queries/passages, 128 passages encoded at 64 tokens; full: B=64, G=8,
 32/128 tokens, 4096 passages at 256 tokens. Default: full on CUDA, quick otherwise. Device: CUDA when available;
@@ -43,7 +44,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -99,6 +102,7 @@ def step_ratios(data, device, bf16: bool, size: dict, res: dict, workers: list[i
     # round's bare loop and the ratio is the median over rounds. Each round also times the Lightning loop over the bare
     # loop's already collated batches: the loop's own cost, apart from data loading.
     bare_fn, per_round = bare_step(data, device, bf16, G), []
+    res["lightning_rounds"] = per_round  # filled round by round: a stopped run still writes the finished rounds
     for _ in range(loop_rounds):
         bare_r = interleaved({"bare": bare_fn}, batches, warmup=1, device=device)["bare"]
         collated_r = statistics.median(lightning_loop(data, batches, device, loop_steps or rounds))
@@ -106,7 +110,6 @@ def step_ratios(data, device, bf16: bool, size: dict, res: dict, workers: list[i
         loop_r = statistics.median(lightning_loop(data, dm, device, loop_steps or rounds))
         per_round.append({"bare": round(bare_r, 4), "lightning_collated": round(collated_r, 4),
                           "lightning_unlogged": round(unlogged_r, 4), "lightning_loop": round(loop_r, 4)})
-    res["lightning_rounds"] = per_round
     res["step_s_lightning_loop"] = round(statistics.median(r["lightning_loop"] for r in per_round), 4)
     res["step_s_lightning_collated"] = round(statistics.median(r["lightning_collated"] for r in per_round), 4)
     res["step_s_bare_for_loop"] = round(statistics.median(r["bare"] for r in per_round), 4)
@@ -263,6 +266,15 @@ def _measured_step(data, device, bf16, B, G, lq, lp):
     return t, f"measured: multipos step at B={B}, G={G}, full-length {lq}/{lp}-token random ids"
 
 
+class Stopped(Exception):
+    """SIGTERM during a phase (``timeout`` in ``bench/gpu/call_main.sh`` sends it): the line is still written, with what
+    was measured before it and ``stopped_in`` naming the phase."""
+
+
+def _stop(signum, frame) -> None:
+    raise Stopped(f"signal {signum}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action=argparse.BooleanOptionalAction, default=None,
@@ -299,24 +311,36 @@ def main() -> None:
 
     def phase(name, fn, *a):
         start = time.perf_counter()
-        out = fn(*a)
-        phases[name] = round(time.perf_counter() - start, 1)
-        print(f"[bench] {name}: {phases[name]} s", flush=True)
+        try:
+            out = fn(*a)
+        except Stopped:
+            res["stopped_in"] = name
+            raise
+        finally:
+            phases[name] = round(time.perf_counter() - start, 1)
+            print(f"[bench] {name}: {phases[name]} s", flush=True)
         return out
 
-    if "collate" not in args.skip:
-        phase("collate", collate_ratio, data, res)
-    if "steps" not in args.skip:
-        step_s = phase("steps", step_ratios, data, device, bf16, size, res, args.workers, args.loop_steps,
-                       args.loop_rounds)
-    if "encode" not in args.skip:
-        phase("encode", encode_ratio, data, device, bf16, size, res)
-    if "share" not in args.skip and (step_s is not None or full_step):
-        phase("share", objective_share, data, device, bf16, size, step_s, full_step, res)
-    if "ddp" not in args.skip:
-        from bench_ddp import ddp_and_grad_cache
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        if "collate" not in args.skip:
+            phase("collate", collate_ratio, data, res)
+        if "steps" not in args.skip:
+            step_s = phase("steps", step_ratios, data, device, bf16, size, res, args.workers, args.loop_steps,
+                           args.loop_rounds)
+        if "encode" not in args.skip:
+            phase("encode", encode_ratio, data, device, bf16, size, res)
+        if "share" not in args.skip and (step_s is not None or full_step):
+            phase("share", objective_share, data, device, bf16, size, step_s, full_step, res)
+        if "ddp" not in args.skip:
+            from bench_ddp import ddp_and_grad_cache
 
-        res["ddp"] = phase("ddp", ddp_and_grad_cache, quick)
+            res["ddp"] = phase("ddp", ddp_and_grad_cache, quick)
+    except Stopped:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        res["phase_wall_s"] = phases
+        append_result(args.out, res)
+        sys.exit(124)
     res["phase_wall_s"] = phases
     append_result(args.out, res)
 

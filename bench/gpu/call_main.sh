@@ -4,6 +4,7 @@
 # step vs sentence-transformers MNRL, Lightning loop vs bare step, encode vs sentence-transformers, objective share)
 # and bench_fit_vs_st.py (whole fit vs SentenceTransformerTrainer.train). Results -> $OUT/main.tar.gz.
 # Time limits: TRAIN_S (0 skips the main job), SPEED_S, FIT_S (seconds); SPEED_ARGS replaces bench_speed.py's options (default --skip ddp).
+# bench_speed.py gets SIGTERM at SPEED_S (it then writes what it measured) and SIGKILL 15 s later.
 . bench/gpu/setup.sh || exit 3
 R=/tmp/results/main; mkdir -p $R
 if [ "${TRAIN_S:-300}" != 0 ]; then  # TRAIN_S=0: the benches alone
@@ -13,7 +14,7 @@ if [ "${TRAIN_S:-300}" != 0 ]; then  # TRAIN_S=0: the benches alone
   python3 -m multipos.report.summary multirun/default-cpu-gpu > $R/summary.txt 2>&1
 fi
 t0=$(date +%s)
-timeout ${SPEED_S:-150} python3 bench/bench_speed.py ${SPEED_ARGS:---skip ddp} --out $R/speed.jsonl > $R/bench_speed.log 2>&1; echo "bench_speed rc=$? $(( $(date +%s) - t0 )) s" | tee -a $R/times.txt
+timeout -k 15 ${SPEED_S:-150} python3 bench/bench_speed.py ${SPEED_ARGS:---skip ddp} --out $R/speed.jsonl > $R/bench_speed.log 2>&1; echo "bench_speed rc=$? $(( $(date +%s) - t0 )) s" | tee -a $R/times.txt
 t0=$(date +%s)
 timeout ${FIT_S:-140} python3 bench/bench_fit_vs_st.py --out $R/speed.jsonl > $R/fit_vs_st.log 2>&1; echo "fit_vs_st rc=$? $(( $(date +%s) - t0 )) s" | tee -a $R/times.txt
 sweep=$([ -d multirun/default-cpu-gpu ] && echo multirun/default-cpu-gpu)

@@ -5,10 +5,12 @@
 # Times on the H200 (H3 and H5, 2026-11-26): setup about 30 s on a fresh machine, the suite 205-235 s with -n 8, the
 # main job 151 s, bench_speed.py 60-70 s with one Lightning loop per worker count, bench_fit_vs_st.py 40 s.
 # SUITE_S=0 / TRAIN_S=0 skip the suite / the main job (H5 ran both: the suite passed whole on H5b, the main job gave
-# H3's numbers again), which leaves the benches: `SUITE_S=0 TRAIN_S=0 bash bench/gpu/call_session.sh`, about 220 s.
+# H3's numbers again), which leaves the benches: `SUITE_S=0 TRAIN_S=0 bash bench/gpu/call_session.sh`, about 230 s.
 # bench_speed.py times the Lightning loop in 3 rounds, each against a bare loop timed right before it (H5's bare loop
-# moved 36 % between two runs), then with 8 and 12 workers (4, the default, is in the rounds): about 120 s expected.
+# moved 36 % between two runs; each round also times the loop over collated batches, with and without its per-step
+# logging), then with 8 and 12 workers (4, the default, is in the rounds): about 130 s expected. Stopped at SPEED_S it
+# still writes its line with the rounds it finished (`stopped_in`). Suite, benches and setup: at most about 490 s.
 # All three parts (up to 625 s) no longer fit one call: give the suite a call of its own when it must run.
 [ "${SUITE_S:-240}" = 0 ] || SUITE_S=${SUITE_S:-240} BENCH=0 bash bench/gpu/call_suite.sh
-TRAIN_S=${TRAIN_S:-170} SPEED_S=${SPEED_S:-130} FIT_S=${FIT_S:-55} \
+TRAIN_S=${TRAIN_S:-170} SPEED_S=${SPEED_S:-150} FIT_S=${FIT_S:-55} \
   SPEED_ARGS="--skip ddp share --no-full-step --workers 8,12 --loop-steps 30 --loop-rounds 3" bash bench/gpu/call_main.sh
