@@ -1,0 +1,103 @@
+"""bench/gpu/ingest.py: a GPU call's tarballs into the repository's results files, sweeps and sweep archive."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def ingest_module():
+    spec = importlib.util.spec_from_file_location("gpu_ingest", REPO / "bench" / "gpu" / "ingest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _tarball(path: Path, files: dict[str, str]) -> None:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+SPEED = {"bench": "speed", "time": "2026-11-27T10:00:00", "gpu": "NVIDIA H200", "commit": "abc1234",
+         "lightning_vs_bare": 0.93, "lightning_unlogged_vs_bare": 0.97}
+FIT = {"bench": "fit_vs_st_train", "time": "2026-11-27T10:02:00", "gpu": "NVIDIA H200", "commit": "abc1234",
+       "fit_vs_st_train": 1.6}
+PAPER = {"bench": "paper_scale", "time": "2026-11-26T23:59:00", "gpu": "NVIDIA H100 80GB HBM3"}
+
+
+def test_lines_go_to_their_files_once_and_sweeps_into_multirun_and_the_archive(ingest_module, tmp_path):
+    repo, calls = tmp_path / "repo", tmp_path / "out"
+    (repo / "bench/results/gpu").mkdir(parents=True)
+    (repo / "experiments/sweeps").mkdir(parents=True)
+    (repo / "multirun/table2_homogeneous-cpu-gpu/run-a").mkdir(parents=True)
+    (repo / "multirun/table2_homogeneous-cpu-gpu/run-a/run_info.json").write_text('{"status": "finished"}')
+    held = repo / "bench/results/gpu/2026-11-27-h200-fit_vs_st.jsonl"
+    held.write_text(json.dumps(FIT) + "\n")  # already taken in by an earlier ingest
+    calls.mkdir()
+    _tarball(calls / "main.tar.gz", {
+        "main/speed.jsonl": json.dumps(SPEED) + "\n" + json.dumps(FIT) + "\n",
+        "main/times.txt": "bench_speed rc=0 140 s\n",
+        "multirun/default-cpu-gpu/seed42/run_info.json": '{"status": "finished"}'})
+    _tarball(calls / "suite.tar.gz", {"suite/speed.jsonl": json.dumps(PAPER) + "\n",
+                                      "suite/suite.log": "FAILED tests/test_x.py::test_y\n1 failed, 9 passed\n"})
+    _tarball(calls / "studies.tar.gz", {"studies/times.txt": "table3 300 s\n",
+                                        "multirun/table3_ood-cpu-gpu/run-b/run_info.json": '{"status": "finished"}'})
+
+    out = ingest_module.ingest(calls, repo)
+
+    speed = repo / "bench/results/gpu/2026-11-27-h200-speed.jsonl"
+    assert [json.loads(x) for x in speed.read_text().splitlines()] == [SPEED]
+    assert held.read_text().splitlines() == [json.dumps(FIT)]  # not appended twice
+    paper = repo / "bench/results/gpu/2026-11-26-h100-paper_scale.jsonl"
+    assert [json.loads(x) for x in paper.read_text().splitlines()] == [PAPER]
+    assert sorted(str(t) for t, _ in out["lines"]) == ["bench/results/gpu/2026-11-26-h100-paper_scale.jsonl",
+                                                       "bench/results/gpu/2026-11-27-h200-speed.jsonl"]
+    assert (repo / "multirun/default-cpu-gpu/seed42/run_info.json").is_file()
+    assert (repo / "multirun/table3_ood-cpu-gpu/run-b/run_info.json").is_file()
+    assert out["archive"] == ["table2_homogeneous-cpu-gpu", "table3_ood-cpu-gpu"]  # not the main job's sweep
+    with tarfile.open(repo / "experiments/sweeps/gpu-h100.tar.xz") as tar:
+        tops = {name.split("/")[0] for name in tar.getnames()}
+    assert tops == {"table2_homogeneous-cpu-gpu", "table3_ood-cpu-gpu"}
+
+    again = ingest_module.ingest(calls, repo)  # idempotent: nothing appended the second time
+    assert again["lines"] == []
+    assert [json.loads(x) for x in speed.read_text().splitlines()] == [SPEED]
+
+
+def test_a_dry_run_changes_nothing(ingest_module, tmp_path):
+    repo, calls = tmp_path / "repo", tmp_path / "out"
+    repo.mkdir()
+    calls.mkdir()
+    _tarball(calls / "studies.tar.gz", {"studies/speed.jsonl": json.dumps(SPEED) + "\n",
+                                        "multirun/table3_ood-cpu-gpu/run-b/run_info.json": "{}"})
+    out = ingest_module.ingest(calls, repo, dry_run=True)
+    assert len(out["lines"]) == 1 and out["sweeps"] == ["table3_ood-cpu-gpu"] and out["archive"] is None
+    assert list(repo.iterdir()) == []
+
+
+def test_bad_input_names_the_folder_or_the_file_and_line(ingest_module, tmp_path):
+    with pytest.raises(SystemExit, match=f"{tmp_path}: none of suite.tar.gz"):
+        ingest_module.ingest(tmp_path, tmp_path)
+    _tarball(tmp_path / "main.tar.gz", {"main/speed.jsonl": json.dumps(SPEED) + "\n" + json.dumps({"bench": "speed"})})
+    with pytest.raises(SystemExit, match=r"main/speed.jsonl:2: a benchmark line without time, gpu"):
+        ingest_module.ingest(tmp_path, tmp_path / "repo")
+    assert not (tmp_path / "repo").exists()  # the first, good line was not written either
+
+
+def test_gpu_tag(ingest_module):
+    assert ingest_module.gpu_tag("NVIDIA H100 80GB HBM3") == "h100"
+    assert ingest_module.gpu_tag("NVIDIA H200") == "h200"
+    assert ingest_module.gpu_tag("NVIDIA A100-SXM4-80GB") == "a100"
+    assert ingest_module.gpu_tag("Tesla T4") == "gpu"
