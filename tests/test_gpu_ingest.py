@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -43,6 +44,11 @@ def test_lines_go_to_their_files_once_and_sweeps_into_multirun_and_the_archive(i
     (repo / "experiments/sweeps").mkdir(parents=True)
     (repo / "multirun/table2_homogeneous-cpu-gpu/run-a").mkdir(parents=True)
     (repo / "multirun/table2_homogeneous-cpu-gpu/run-a/run_info.json").write_text('{"status": "finished"}')
+    archived = tmp_path / "archived/table9_recontriever-cpu-gpu/run-c"  # in the old archive only (not in multirun/)
+    archived.mkdir(parents=True)
+    (archived / "run_info.json").write_text('{"status": "finished"}')
+    subprocess.run(["tar", "-cJf", str(repo / "experiments/sweeps/gpu-h100.tar.xz"), "table9_recontriever-cpu-gpu"],
+                   cwd=tmp_path / "archived", check=True)
     held = repo / "bench/results/gpu/2026-11-27-h200-fit_vs_st.jsonl"
     held.write_text(json.dumps(FIT) + "\n")  # already taken in by an earlier ingest
     calls.mkdir()
@@ -66,10 +72,11 @@ def test_lines_go_to_their_files_once_and_sweeps_into_multirun_and_the_archive(i
                                                        "bench/results/gpu/2026-11-27-h200-speed.jsonl"]
     assert (repo / "multirun/default-cpu-gpu/seed42/run_info.json").is_file()
     assert (repo / "multirun/table3_ood-cpu-gpu/run-b/run_info.json").is_file()
-    assert out["archive"] == ["table2_homogeneous-cpu-gpu", "table3_ood-cpu-gpu"]  # not the main job's sweep
+    # not the main job's sweep; the old archive's sweep kept
+    assert out["archive"] == ["table2_homogeneous-cpu-gpu", "table3_ood-cpu-gpu", "table9_recontriever-cpu-gpu"]
     with tarfile.open(repo / "experiments/sweeps/gpu-h100.tar.xz") as tar:
         tops = {name.split("/")[0] for name in tar.getnames()}
-    assert tops == {"table2_homogeneous-cpu-gpu", "table3_ood-cpu-gpu"}
+    assert tops == {"table2_homogeneous-cpu-gpu", "table3_ood-cpu-gpu", "table9_recontriever-cpu-gpu"}
 
     again = ingest_module.ingest(calls, repo)  # idempotent: nothing appended the second time
     assert again["lines"] == []

@@ -11,8 +11,8 @@ into a temporary folder, then:
   ``speed``, ``fit_vs_st`` or ``paper_scale`` from its ``bench``), unless that file already holds the same line;
 * every sweep folder (``multirun/<study>-…-gpu``) is copied into ``multirun/``, its files replacing those of the same
   run there; when a study sweep came back (any but the main job's ``default-cpu-gpu``),
-  ``experiments/sweeps/gpu-h100.tar.xz`` is rewritten from every such sweep in ``multirun/``, so the next GPU call
-  skips their finished runs;
+  ``experiments/sweeps/gpu-h100.tar.xz`` is rewritten from every such sweep in ``multirun/`` and in the old archive,
+  so the next GPU call skips their finished runs;
 * the call's log lines worth reading first are printed: the suite's counts and failures, ``times.txt``, the main job's
   summary, each benchmark line's ratios, and the render command of each sweep.
 
@@ -109,9 +109,14 @@ def copy_sweeps(unpacked: Path, repo: Path, dry_run: bool) -> list[str]:
 
 def rewrite_archive(repo: Path) -> list[str]:
     """Rewrite :data:`ARCHIVE` from every ``multirun/*-gpu`` study sweep (not :data:`MAIN_SWEEP`) → their names.
-    Written to a temporary file first and renamed, so a failed ``tar`` leaves the old archive."""
-    names = sorted(p.name for p in (repo / "multirun").glob("*-gpu") if p.is_dir() and p.name != MAIN_SWEEP)
+    The old archive is unpacked into ``multirun/`` first without replacing any file there, so a sweep it holds that
+    this checkout lacks (a fresh clone has no ``multirun/``) stays in it. Written to a temporary file first and renamed,
+    so a failed ``tar`` leaves the old archive."""
     target = repo / ARCHIVE
+    (repo / "multirun").mkdir(exist_ok=True)
+    if target.is_file():
+        subprocess.run(["tar", "-xJf", str(target), "-C", str(repo / "multirun"), "--skip-old-files"], check=True)
+    names = sorted(p.name for p in (repo / "multirun").glob("*-gpu") if p.is_dir() and p.name != MAIN_SWEEP)
     tmp = target.with_name(target.name + ".tmp")
     subprocess.run(["tar", "-cJf", str(tmp), *names], cwd=repo / "multirun", check=True,
                    env={**os.environ, "XZ_OPT": "-9"})
