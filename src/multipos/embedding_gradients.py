@@ -87,6 +87,8 @@ class _Slot:
         weight.grad = self.buffer
 
     def remove(self) -> None:
+        """Back to the dense embedding backward: the hook removed, the embedding's ``sparse`` flag restored, the kept
+        buffer released."""
         self.handle.remove()
         self.embedding.sparse = self.was_sparse
         self.buffer, self.rows = None, None

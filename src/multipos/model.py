@@ -252,6 +252,7 @@ class DualEncoder(nn.Module):
 
     @property
     def hidden_size(self) -> int:
+        """H: the width of the query encoder's hidden states, which pooling keeps (embeddings are [n, H])."""
         return self.query_encoder.config.hidden_size
 
     def _embed(self, encoder: nn.Module, tokens: dict[str, Tensor]) -> Tensor:

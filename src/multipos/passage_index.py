@@ -64,6 +64,7 @@ class FrozenPassageIndex:
 
     @property
     def hidden_size(self) -> int:
+        """H: the width of the stored passage embeddings ([N, H])."""
         return int(self.embeddings.shape[1])
 
     def rows(self, passage_ids: Sequence[str]) -> Tensor:

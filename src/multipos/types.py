@@ -56,6 +56,7 @@ class Corpus:
 
     @property
     def ids(self) -> list[str]:
+        """Passage ids in corpus order (the order of the corpus file)."""
         return list(self.passages)
 
     def texts(self, ids: Iterable[str] | None = None) -> list[str]:

@@ -30,6 +30,8 @@ class Batch:
     groups: list[Group] | None = None
 
     def to(self, device) -> "Batch":
+        """The same batch with its token tensors and masks on ``device`` (ids and groups stay Python objects); what
+        Lightning calls to move a batch (:meth:`multipos.data.datamodule.MultiPosDataModule.transfer_batch_to_device`)."""
         mv = lambda d: None if d is None else {k: v.to(device) for k, v in d.items()}  # noqa: E731
         return Batch(mv(self.query), mv(self.passages), self.positive_mask.to(device), self.negative_mask.to(device),
                      self.query_ids, self.passage_ids, self.groups)

@@ -319,6 +319,7 @@ class MultiPosDataModule(L.LightningDataModule):
         return store
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx):
+        """A :class:`~multipos.data.collate.Batch` moves itself (:meth:`Batch.to`); anything else as Lightning moves it."""
         return batch.to(device) if isinstance(batch, Batch) else super().transfer_batch_to_device(batch, device, dataloader_idx)
 
     def train_dataloader(self) -> DataLoader:

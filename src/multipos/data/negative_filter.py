@@ -71,6 +71,7 @@ class NegativeFilter:
         return min(bounds)
 
     def describe(self) -> dict:
+        """The filter's settings as written to ``run_info.json`` (``share``, ``margin``, ``reference``)."""
         return {"share": self.share, "margin": self.margin, "reference": self.reference}
 
 

@@ -212,6 +212,9 @@ class BeirGradedSource:
         self.filter_counts: dict | None = None
 
     def load(self) -> tuple[Corpus, list[TrainQuery]]:
+        """Read the folder → (corpus, one :class:`TrainQuery` per query of the qrels file, with its gold and silver
+        positives in the configured order and its mined hard-negative pool; a query without a positive is kept and
+        skipped by the data module). Raises as the class says."""
         folder = resolve_dataset(self.path)
         corpus = read_corpus(folder / "corpus.jsonl")
         texts = read_queries(folder / "queries.jsonl")
@@ -295,6 +298,9 @@ class TevatronSource:
         self.filter_counts: dict | None = None
 
     def load(self) -> tuple[Corpus, list[TrainQuery]]:
+        """Read the file or dataset → (corpus of every passage it names, plus ``negative_corpus``; one
+        :class:`TrainQuery` per line, its first ``gold_positives`` positives gold and the rest silver, in the file's
+        order, with the given or mined hard negatives). Raises as the class says."""
         p = Path(self.path).expanduser()
         if p.is_file():
             examples = read_tevatron(p)
