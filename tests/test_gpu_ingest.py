@@ -44,6 +44,8 @@ def test_lines_go_to_their_files_once_and_sweeps_into_multirun_and_the_archive(i
     (repo / "experiments/sweeps").mkdir(parents=True)
     (repo / "multirun/table2_homogeneous-cpu-gpu/run-a").mkdir(parents=True)
     (repo / "multirun/table2_homogeneous-cpu-gpu/run-a/run_info.json").write_text('{"status": "finished"}')
+    (repo / "multirun/table2_homogeneous-cpu-gpu/run-a/model").mkdir()  # a trained model: never archived
+    (repo / "multirun/table2_homogeneous-cpu-gpu/run-a/model/model.safetensors").write_text("weights")
     archived = tmp_path / "archived/table9_recontriever-cpu-gpu/run-c"  # in the old archive only (not in multirun/)
     archived.mkdir(parents=True)
     (archived / "run_info.json").write_text('{"status": "finished"}')
@@ -76,6 +78,7 @@ def test_lines_go_to_their_files_once_and_sweeps_into_multirun_and_the_archive(i
     assert out["archive"] == ["table2_homogeneous-cpu-gpu", "table3_ood-cpu-gpu", "table9_recontriever-cpu-gpu"]
     with tarfile.open(repo / "experiments/sweeps/gpu-h100.tar.xz") as tar:
         tops = {name.split("/")[0] for name in tar.getnames()}
+        assert not [name for name in tar.getnames() if "/model" in name]
     assert tops == {"table2_homogeneous-cpu-gpu", "table3_ood-cpu-gpu", "table9_recontriever-cpu-gpu"}
 
     again = ingest_module.ingest(calls, repo)  # idempotent: nothing appended the second time

@@ -118,7 +118,9 @@ def rewrite_archive(repo: Path) -> list[str]:
         subprocess.run(["tar", "-xJf", str(target), "-C", str(repo / "multirun"), "--skip-old-files"], check=True)
     names = sorted(p.name for p in (repo / "multirun").glob("*-gpu") if p.is_dir() and p.name != MAIN_SWEEP)
     tmp = target.with_name(target.name + ".tmp")
-    subprocess.run(["tar", "-cJf", str(tmp), *names], cwd=repo / "multirun", check=True,
+    # the GPU tarballs leave these out already; a sweep that reached multirun/ another way must not bring them in
+    excludes = ["--exclude=checkpoints", "--exclude=model", "--exclude=run.*.trec"]
+    subprocess.run(["tar", "-cJf", str(tmp), *excludes, *names], cwd=repo / "multirun", check=True,
                    env={**os.environ, "XZ_OPT": "-9"})
     os.replace(tmp, target)
     return names
