@@ -322,6 +322,7 @@ def main() -> None:
         return out
 
     signal.signal(signal.SIGTERM, _stop)
+    stopped = False
     try:
         if "collate" not in args.skip:
             phase("collate", collate_ratio, data, res)
@@ -338,11 +339,11 @@ def main() -> None:
             res["ddp"] = phase("ddp", ddp_and_grad_cache, quick)
     except Stopped:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        res["phase_wall_s"] = phases
-        append_result(args.out, res)
-        sys.exit(124)
+        stopped = True
     res["phase_wall_s"] = phases
     append_result(args.out, res)
+    if stopped:
+        sys.exit(124)
 
 
 if __name__ == "__main__":

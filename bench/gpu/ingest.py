@@ -80,13 +80,14 @@ def benchmark_lines(unpacked: Path) -> list[tuple[Path, str]]:
 def append_lines(lines: list[tuple[Path, str]], repo: Path, dry_run: bool) -> list[tuple[Path, dict]]:
     """Append each (results file, line) of ``lines`` to that file in ``repo`` unless the file already holds the line →
     [(results file, record)] of the lines appended."""
-    added, seen = [], set()
+    added, held = [], {}  # results file -> the lines it holds (read once), those appended here included
     for target, line in lines:
         path = repo / target
-        held = {h.strip() for h in path.read_text().splitlines()} if path.is_file() else set()
-        if line in held or (target, line) in seen:
+        if target not in held:
+            held[target] = {h.strip() for h in path.read_text().splitlines()} if path.is_file() else set()
+        if line in held[target]:
             continue
-        seen.add((target, line))
+        held[target].add(line)
         if not dry_run:
             path.parent.mkdir(parents=True, exist_ok=True)
             with path.open("a") as f:
