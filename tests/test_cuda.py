@@ -155,3 +155,47 @@ def test_train_job_on_cuda_in_bf16(tiny_beir, tiny_bert, tmp_path, monkeypatch, 
               if isinstance(v, float)]
     assert values and all(v == v for v in values)
     assert not json.loads((out / "run_info.json").read_text())["device"].startswith("CPU")
+
+
+@pytest.mark.parametrize("extra", [
+    ("loss=jointlh",),
+    ("passages=frozen_index", "passages.candidates=corpus", "passages.chunk_size=7", "loss=lsepair_maxn"),
+], ids=["two_tower", "query_side_corpus_max"])
+def test_training_steps_make_the_host_wait_for_the_gpu_nowhere_in_multipos(tiny_beir, tiny_bert, tmp_path, monkeypatch,
+                                                                          extra):
+    """``torch.cuda.set_sync_debug_mode("warn")`` around every batch transfer and every training step of a bf16 job:
+    no synchronising CUDA call from a multipos source file (a value read back, a copy from pageable memory), except
+    the first step's check of the loss masks' rows (tests/test_host_sync.py does the same on the CPU for reads)."""
+    import warnings
+    from pathlib import Path
+
+    import multipos
+    from multipos.data.datamodule import MultiPosDataModule
+
+    package = str(Path(multipos.__file__).resolve().parent)
+    calls: dict[str, list[list[str]]] = {"transfer": [], "step": []}
+
+    def watched(kind, fn):
+        def call(self, *args):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                torch.cuda.set_sync_debug_mode("warn")
+                try:
+                    out = fn(self, *args)
+                finally:
+                    torch.cuda.set_sync_debug_mode("default")
+            calls[kind].append([f"{Path(w.filename).name}:{w.lineno}" for w in caught
+                                if str(Path(w.filename).resolve()).startswith(package)
+                                and "synchroniz" in str(w.message)])
+            return out
+        return call
+
+    monkeypatch.setenv("MULTIPOS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(MultiPosDataModule, "transfer_batch_to_device",
+                        watched("transfer", MultiPosDataModule.transfer_batch_to_device))
+    monkeypatch.setattr(RetrieverModule, "training_step", watched("step", RetrieverModule.training_step))
+    overrides = [o for o in tiny_overrides(tiny_beir, tiny_bert, tmp_path / "run") if not o.startswith("trainer")]
+    train(compose_cfg("train", [*overrides, "trainer=gpu", "trainer.max_epochs=2", "trainer.enable_progress_bar=false",
+                                "eval.bf16=true", *extra]))
+    assert len(calls["step"]) >= 4 and calls["step"][0]  # the first step checks the rows: the warning is seen
+    assert [c for c in calls["transfer"] if c] == [] and [c for c in calls["step"][1:] if c] == []

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from multipos.losses import _NEG
+from multipos.transfer import to_device
 
 SUMMARIES = ("lse", "max")
 
@@ -47,7 +48,8 @@ class CorpusTargets:
     judged: Tensor
 
     def to(self, device) -> "CorpusTargets":
-        return CorpusTargets(self.positive_rows.to(device), self.positive_valid.to(device), self.judged.to(device))
+        """The same targets on ``device`` (to a CUDA device without a host wait, :func:`multipos.transfer.to_device`)."""
+        return CorpusTargets(*(to_device(t, device) for t in (self.positive_rows, self.positive_valid, self.judged)))
 
 
 def corpus_targets(positives: Sequence[Sequence[str]], judged: Sequence[set[str]], row: dict[str, int]) -> CorpusTargets:
@@ -73,13 +75,17 @@ def corpus_targets(positives: Sequence[Sequence[str]], judged: Sequence[set[str]
 
 
 def _chunk_mask(judged: Tensor, lo: int, hi: int, shape: tuple[int, int], device) -> Tensor:
-    """bool [B, hi − lo]: True where the (query, row) pair is judged (excluded from the negatives)."""
-    mask = torch.zeros(shape, dtype=torch.bool, device=device)
+    """bool [B, hi − lo]: True where the (query, row) pair is judged (excluded from the negatives).
+
+    Fixed shapes only, so nothing is read back from the device: every judged pair is written, those outside the
+    chunk into one extra column that is then dropped (a boolean selection of the pairs would make the host wait for
+    the device once per chunk)."""
+    b, width = shape
+    mask = torch.zeros(b, width + 1, dtype=torch.bool, device=device)
     if judged.numel():
         inside = (judged[:, 1] >= lo) & (judged[:, 1] < hi)
-        sel = judged[inside]
-        mask[sel[:, 0], sel[:, 1] - lo] = True
-    return mask
+        mask[judged[:, 0], torch.where(inside, judged[:, 1] - lo, width)] = True
+    return mask[:, :width]
 
 
 @torch.no_grad()
@@ -105,7 +111,7 @@ def _stream_negatives(q: Tensor, passages: Tensor, temperature: float, judged: T
         if summary == "max":
             better = c_max > run_max
             run_max = torch.where(better, c_max, run_max)
-            direction[better] = e[c_arg[better]]
+            direction = torch.where(better[:, None], e[c_arg], direction)
             continue
         new_max = torch.maximum(run_max, c_max)
         safe = torch.where(torch.isfinite(new_max), new_max, torch.zeros_like(new_max))
@@ -120,9 +126,7 @@ def _stream_negatives(q: Tensor, passages: Tensor, temperature: float, judged: T
     else:
         value = run_max + torch.log(run_sum.clamp(min=torch.finfo(dtype).tiny))
         direction = direction / run_sum.clamp(min=torch.finfo(dtype).tiny)[:, None]
-    value = value.masked_fill(empty, _NEG)
-    direction[empty] = 0.0
-    return value, direction
+    return value.masked_fill(empty, _NEG), direction.masked_fill(empty[:, None], 0.0)
 
 
 def negative_summary(q: Tensor, passages: Tensor, temperature: float, judged: Tensor, chunk_size: int,

@@ -34,6 +34,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from multipos.data.groups import group_masks
+from multipos.transfer import to_device
 
 __all__ = ["BatchLayout", "batch_layout", "gather_with_grad", "global_masks", "world", "is_rank_zero",
            "trainer_world_size", "check_launch"]
@@ -148,7 +149,7 @@ def global_masks(batch, layout: BatchLayout) -> tuple[Tensor, Tensor]:
     One process: the batch's own masks (built by the same :func:`multipos.data.groups.group_masks` with the local
     columns). Several: ``group_masks(batch.groups, layout.passage_ids, layout.offset)`` — positives in this
     rank's block, negatives every other column except passages judged for the query, whichever rank they came
-    from. Masks are on the batch masks' device.
+    from. Masks are on the batch masks' device (copied there without a host wait, :func:`multipos.transfer.to_device`).
 
     Raises ValueError when ``batch.groups`` is None with W > 1 (the judged passages are needed).
     """
@@ -159,7 +160,7 @@ def global_masks(batch, layout: BatchLayout) -> tuple[Tensor, Tensor]:
                          "build batches with multipos.data.datamodule.MultiPosDataModule.collate")
     positive, negative = group_masks(batch.groups, layout.passage_ids, layout.offset)
     device = batch.positive_mask.device
-    return positive.to(device), negative.to(device)
+    return to_device(positive, device), to_device(negative, device)
 
 
 @contextmanager

@@ -186,12 +186,27 @@ def check_name(name: str) -> str:
     return name
 
 
+def _check_rows(name: str, n_pos: Tensor) -> None:
+    """Raise ValueError naming the rows (at most 10) of ``n_pos`` [B] (positives per query) that have no positive,
+    or several for a single-positive objective. Reads values back to the host (a device sync on an accelerator)."""
+    if bool((n_pos == 0).any()):
+        rows = (n_pos == 0).nonzero().flatten().tolist()[:10]
+        raise ValueError(f"objective {name!r}: query rows {rows} have no positive in positive_mask")
+    if name in SINGLE_POSITIVE and bool((n_pos > 1).any()):
+        rows = (n_pos > 1).nonzero().flatten().tolist()[:10]
+        raise ValueError(f"objective {name!r} trains on one positive per query, but rows {rows} have several "
+                         f"(the training stage must keep the {SINGLE_POSITIVE[name]!r} positive, "
+                         "see multipos.losses.SINGLE_POSITIVE)")
+
+
 def compute(
     name: str,
     scores: Tensor,
     positive_mask: Tensor,
     negative_mask: Tensor | None = None,
     normalize_by_positives: bool = False,
+    *,
+    check_rows: bool = True,
 ) -> Tensor:
     """Per-query loss of objective ``name`` exactly as the paper defines it.
 
@@ -209,6 +224,10 @@ def compute(
             which becomes −1/|D+| Σ_p log of the softmax over D+ alone.
         normalize_by_positives: divide each query's loss by |D+| (paper Sec. 3, optional
             normalisation; a no-op for the already averaged ``jointlh``).
+        check_rows: check each row's positives (none, or several for ``singlelh`` / ``rand1lh``). These
+            checks read the masks' values back to the host, which on an accelerator makes the host wait
+            for the device; :class:`ContrastiveLoss` makes them on its first batch only. Shapes and
+            dtypes are always checked (no value is read).
 
     Returns:
         [B] unreduced loss per query, in the wider of float32 and ``scores.dtype``
@@ -216,8 +235,8 @@ def compute(
         bf16 / fp16 / fp32 scores give a float32 loss. Gradients flow back in ``scores.dtype``.
 
     Raises:
-        ValueError: unknown ``name``, shape mismatch, non-boolean masks, a query row with no positive,
-            or several positives in a row for ``singlelh`` / ``rand1lh``.
+        ValueError: unknown ``name``, shape mismatch, non-boolean masks; with ``check_rows``, a query row
+            with no positive, or several positives in a row for ``singlelh`` / ``rand1lh``.
     """
     fn = OBJECTIVES[check_name(name)]
     if scores.dim() != 2:
@@ -230,14 +249,8 @@ def compute(
         if mask.dtype != torch.bool:
             raise ValueError(f"{field} must be a bool tensor, got {mask.dtype}")
     n_pos = positive_mask.sum(-1)
-    if bool((n_pos == 0).any()):
-        rows = (n_pos == 0).nonzero().flatten().tolist()[:10]
-        raise ValueError(f"objective {name!r}: query rows {rows} have no positive in positive_mask")
-    if name in SINGLE_POSITIVE and bool((n_pos > 1).any()):
-        rows = (n_pos > 1).nonzero().flatten().tolist()[:10]
-        raise ValueError(f"objective {name!r} trains on one positive per query, but rows {rows} have several "
-                         f"(the training stage must keep the {SINGLE_POSITIVE[name]!r} positive, "
-                         "see multipos.losses.SINGLE_POSITIVE)")
+    if check_rows:
+        _check_rows(name, n_pos)
     if negative_mask is None:
         negative_mask = ~positive_mask
     negative_mask = negative_mask & ~positive_mask
@@ -253,6 +266,12 @@ class ContrastiveLoss(nn.Module):
     Args: name: objective name; normalize_by_positives: divide each query's loss by |D+|.
     Raises: ValueError for an unknown objective name.
 
+    The masks' rows (a positive in every row; one for ``singlelh`` / ``rand1lh``) are checked on the first batch
+    this module scores, so that a misconfigured training stage fails at its first step. Later batches skip that
+    check: it reads values back to the host, which on an accelerator would make the host wait for the device in the
+    middle of every step. The masks of later batches are built by the same code
+    (:func:`multipos.data.groups.group_masks`, :func:`multipos.corpus_candidates.corpus_scores`).
+
     Which positive a single-positive objective trains on is not asked of this module: the
     training-stage plan reads :data:`SINGLE_POSITIVE`.
     """
@@ -261,7 +280,12 @@ class ContrastiveLoss(nn.Module):
         super().__init__()
         self.name = check_name(name)
         self.normalize_by_positives = normalize_by_positives
+        self.rows_checked = False
 
     def forward(self, scores: Tensor, positive_mask: Tensor, negative_mask: Tensor) -> Tensor:
-        """scores [B, N], masks [B, N] → scalar mean loss (dtype rule of :func:`compute`)."""
-        return compute(self.name, scores, positive_mask, negative_mask, self.normalize_by_positives).mean()
+        """scores [B, N], masks [B, N] → scalar mean loss (dtype rule of :func:`compute`; rows checked on the first
+        call, class docstring)."""
+        loss = compute(self.name, scores, positive_mask, negative_mask, self.normalize_by_positives,
+                       check_rows=not self.rows_checked)
+        self.rows_checked = True
+        return loss.mean()

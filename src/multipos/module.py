@@ -20,6 +20,7 @@ from multipos.grad_cache import grad_cache_step
 from multipos.losses import HARDEST_NEGATIVE, ContrastiveLoss
 from multipos.model import DualEncoder
 from multipos.passage_index import FrozenPassageIndex
+from multipos.transfer import to_device
 
 #: ``passages.candidates``: ``group`` (each query's G-passage group plus in-batch negatives) or ``corpus`` (every
 #: corpus passage, :mod:`multipos.corpus_candidates`; needs the frozen passage index).
@@ -178,7 +179,8 @@ class RetrieverModule(L.LightningModule):
         the backward, gradient clipping, the optimizer and the scheduler (manual optimization).
         """
         n = batch.positive_mask.shape[0]
-        self.log("train/lr", self.optimizers().param_groups[0]["lr"], prog_bar=False, batch_size=n)  # this step's
+        # this step's rate as a CPU tensor: a Python number would be copied to the device, making the host wait for it
+        self.log("train/lr", torch.tensor(self.optimizers().param_groups[0]["lr"]), prog_bar=False, batch_size=n)
         if self.grad_cache_chunk_size is not None:
             loss, extra = self._grad_cache_step(batch)
         elif self.passage_row is not None:
@@ -200,7 +202,7 @@ class RetrieverModule(L.LightningModule):
         summarising every corpus passage not judged for it), scaled like :meth:`batch_loss` under DDP.
         """
         if self.candidates == "group":
-            rows = FrozenPassageIndex.rows_of(self.passage_row, batch.passage_ids).to(self.passage_embeddings.device)
+            rows = to_device(FrozenPassageIndex.rows_of(self.passage_row, batch.passage_ids), self.passage_embeddings.device)
             return self.batch_loss(q, self.passage_embeddings[rows], batch)
         if batch.groups is None:
             raise ValueError("passages.candidates=corpus needs Batch.groups (positives and judged passages per query)")

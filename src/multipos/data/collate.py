@@ -8,6 +8,7 @@ import torch
 
 from multipos.data.groups import Group, group_masks
 from multipos.data.passage_tokens import PassageTokens
+from multipos.transfer import to_device
 
 
 @dataclass
@@ -31,9 +32,12 @@ class Batch:
 
     def to(self, device) -> "Batch":
         """The same batch with its token tensors and masks on ``device`` (ids and groups stay Python objects); what
-        Lightning calls to move a batch (:meth:`multipos.data.datamodule.MultiPosDataModule.transfer_batch_to_device`)."""
-        mv = lambda d: None if d is None else {k: v.to(device) for k, v in d.items()}  # noqa: E731
-        return Batch(mv(self.query), mv(self.passages), self.positive_mask.to(device), self.negative_mask.to(device),
+        Lightning calls to move a batch (:meth:`multipos.data.datamodule.MultiPosDataModule.transfer_batch_to_device`).
+        To a CUDA device the copies are pinned and non-blocking (:func:`multipos.transfer.to_device`): the host does not
+        wait for the previous step's kernels."""
+        mv = lambda d: None if d is None else {k: to_device(v, device) for k, v in d.items()}  # noqa: E731
+        return Batch(mv(self.query), mv(self.passages), to_device(self.positive_mask, device),
+                     to_device(self.negative_mask, device),
                      self.query_ids, self.passage_ids, self.groups)
 
 

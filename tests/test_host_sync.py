@@ -1,0 +1,122 @@
+"""The training step never makes the host wait for the device (issue "The GPU path, proven on a GPU", item 2: the
+Lightning loop against the bare step).
+
+On a GPU the host queues kernels ahead of the device; a value read back to the host (``.item()``, ``bool(t)``,
+``.tolist()``, a boolean index) or a copy from pageable host memory makes it wait until the device has caught up,
+and the Python the loop runs next (Lightning's hooks and logging) becomes time the device idles. A bare PyTorch loop
+has none of these stalls, so each one in multipos's own step is a cost the Lightning loop pays and the bare loop
+does not.
+
+On the CPU, :class:`HostReads` records every tensor method that reads values back to the host and is called from the
+multipos package itself, and the tiny training jobs check that none happens in a training step after the first (the
+first one checks the loss masks' rows, by design). The copies to the device are checked on a GPU, in
+``tests/test_cuda.py`` (``torch.cuda.set_sync_debug_mode``); here :func:`multipos.transfer.to_device` is checked to be a
+plain copy on the CPU.
+"""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+import multipos
+from multipos.corpus_candidates import _chunk_mask
+from multipos.losses import ContrastiveLoss
+from multipos.module import RetrieverModule
+from multipos.train import train
+from multipos.transfer import to_device
+from tests.helpers import compose_cfg, tiny_overrides
+
+PACKAGE = str(Path(multipos.__file__).resolve().parent)
+READS = frozenset({"item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "nonzero",
+                   "masked_select", "unique", "_local_scalar_dense"})
+
+
+class HostReads(TorchFunctionMode):
+    """Records the tensor calls that read device values back to the host (``item``, ``bool(t)``, ``tolist``,
+    ``nonzero``, indexing with a boolean tensor, …) made directly from a multipos source file: ``reads`` is a list
+    of ``(call, "file:line function")``. Calls from PyTorch, Lightning or transformers are not recorded."""
+
+    def __init__(self):
+        super().__init__()
+        self.reads: list[tuple[str, str]] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        boolean_index = (name in ("__getitem__", "__setitem__") and len(args) > 1 and torch.is_tensor(args[1])
+                         and args[1].dtype == torch.bool)
+        if name in READS or boolean_index:
+            caller = traceback.extract_stack(limit=2)[0]
+            if str(Path(caller.filename).resolve()).startswith(PACKAGE):
+                self.reads.append((name, f"{Path(caller.filename).name}:{caller.lineno} {caller.name}"))
+        return func(*args, **(kwargs or {}))
+
+
+def test_host_reads_sees_a_read_from_the_package_and_not_from_a_test():
+    from multipos.losses import _check_rows
+
+    with HostReads() as rec:
+        bool(torch.ones(2).any())  # this file: not the package
+        _check_rows("singlelh", torch.ones(3, dtype=torch.long))
+    assert [call for call, _ in rec.reads] == ["__bool__", "__bool__"]
+    assert all("losses.py" in where for _, where in rec.reads)
+
+
+def test_contrastive_loss_checks_the_rows_of_its_first_batch_and_reads_nothing_later():
+    scores, one = torch.randn(2, 4), torch.tensor([[True, False, False, False], [False, False, True, False]])
+    loss = ContrastiveLoss("singlelh")
+    with pytest.raises(ValueError, match="rows \\[0\\] have several"):
+        loss(scores, one | torch.tensor([[False, True, False, False], [False] * 4]), ~one)
+    loss = ContrastiveLoss("jointlh")
+    loss(scores, one, ~one)
+    with HostReads() as rec:
+        for _ in range(3):
+            loss(scores, one, ~one)
+    assert rec.reads == []
+
+
+def test_corpus_chunk_mask_marks_the_judged_pairs_inside_the_chunk():
+    judged = torch.tensor([[0, 1], [0, 7], [1, 4], [1, 5], [2, 9]])
+    got = _chunk_mask(judged, 4, 8, (3, 4), "cpu")
+    want = torch.zeros(3, 4, dtype=torch.bool)
+    want[0, 3] = want[1, 0] = want[1, 1] = True
+    assert torch.equal(got, want)
+    assert not _chunk_mask(torch.zeros(0, 2, dtype=torch.long), 0, 4, (3, 4), "cpu").any()
+
+
+def test_to_device_on_the_cpu_is_the_tensor_itself():
+    t = torch.arange(6).reshape(2, 3)
+    assert to_device(t, "cpu") is t.to("cpu")
+    assert torch.equal(to_device(t, torch.device("cpu")), t)
+
+
+@pytest.mark.parametrize("extra", [
+    ("loss=singlelh",),
+    ("loss=jointlh", "module.grad_cache_chunk_size=1"),
+    ("passages=frozen_index", "passages.candidates=group", "loss=lsepair"),
+    ("passages=frozen_index", "passages.candidates=corpus", "passages.chunk_size=7", "loss=summarglh"),
+    ("passages=frozen_index", "passages.candidates=corpus", "passages.chunk_size=7", "loss=lsepair_maxn"),
+], ids=["two_tower", "two_tower_grad_cache", "query_side_group", "query_side_corpus_lse", "query_side_corpus_max"])
+def test_no_training_step_after_the_first_reads_a_value_back(tiny_beir, tiny_bert, tmp_path, monkeypatch, extra):
+    """``pack_sequences=0``: sequence packing is a CPU-only path (it returns before reading anything when the batch is
+    on an accelerator), so it is left out of what is counted here."""
+    monkeypatch.setenv("MULTIPOS_CACHE", str(tmp_path / "cache"))
+    steps: list[list[tuple[str, str]]] = []
+    real = RetrieverModule.training_step
+
+    def recorded(self, batch, batch_idx):
+        with HostReads() as rec:
+            out = real(self, batch, batch_idx)
+        steps.append(rec.reads)
+        return out
+
+    monkeypatch.setattr(RetrieverModule, "training_step", recorded)
+    train(compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path / "run"), "trainer.max_epochs=2",
+                                "pack_sequences=0", *extra]))
+    assert len(steps) >= 4
+    assert any("_check_rows" in where for _, where in steps[0])  # the first step checks the masks' rows
+    assert [reads for reads in steps[1:] if reads] == []
