@@ -14,7 +14,11 @@ Ratios (> 1 = multipos faster), with the targets of issue 9:
   right before it; the median over ``--loop-rounds`` rounds (``lightning_rounds`` lists each round's seconds);
   ``lightning_collated_vs_bare``: the Lightning loop over the bare loop's own collated batches (its cost apart
   from data loading); ``lightning_unlogged_vs_bare``: the same without the module's two ``self.log`` calls a step
-  (what Lightning's per-step logging costs);
+  (what Lightning's per-step logging costs); ``lightning_run_vs_bare_run``: both loops timed as they run untimed, the
+  device synchronised only at the ends of the loop instead of after every step (``common.loop_time``,
+  ``sides.StepTimer(sync_each=False)``), the Lightning loop over the data module with Lightning's default logging
+  interval of 50 steps (logging every step reads the loss back from the device at every step): whether the host
+  queues the loop's next step while the device still runs the last one;
 * ``encode_vs_st`` = sentence-transformers ``encode`` time / multipos ``encode`` time (≥ 1.2), same passages,
   batch size and truncation; each side in its own default precision (multipos: bf16 where native; ST: fp32);
   ``encode_tokenize_s`` against ``encode_s_multipos``: the tokenizer alone over the same windows, against the whole
@@ -52,7 +56,7 @@ import time
 from pathlib import Path
 
 import torch
-from common import append_result, bench_data, interleaved, machine_info, pick_device, sync
+from common import append_result, bench_data, interleaved, loop_time, machine_info, pick_device, sync
 
 OUT = Path(__file__).resolve().parent / "results" / "speed.jsonl"
 SIZES = {
@@ -102,20 +106,28 @@ def step_ratios(data, device, bf16: bool, size: dict, res: dict, workers: list[i
     # round's bare loop and the ratio is the median over rounds. Each round also times the Lightning loop over the bare
     # loop's already collated batches: the loop's own cost, apart from data loading.
     bare_fn, per_round = bare_step(data, device, bf16, G), []
+    steps = loop_steps or rounds
+    cycled = (batches * (steps // len(batches) + 2))[: steps + 1]
     res["lightning_rounds"] = per_round  # filled round by round: a stopped run still writes the finished rounds
     for _ in range(loop_rounds):
         bare_r = interleaved({"bare": bare_fn}, batches, warmup=1, device=device)["bare"]
-        collated_r = statistics.median(lightning_loop(data, batches, device, loop_steps or rounds))
-        unlogged_r = statistics.median(lightning_loop(data, batches, device, loop_steps or rounds, log_steps=False))
-        loop_r = statistics.median(lightning_loop(data, dm, device, loop_steps or rounds))
+        collated_r = statistics.median(lightning_loop(data, batches, device, steps))
+        unlogged_r = statistics.median(lightning_loop(data, batches, device, steps, log_steps=False))
+        loop_r = statistics.median(lightning_loop(data, dm, device, steps))
+        bare_run_r = loop_time(bare_fn, cycled, device)
+        run_r = lightning_loop(data, dm, device, steps, sync_each=False, log_every_n_steps=50)[0]
         per_round.append({"bare": round(bare_r, 4), "lightning_collated": round(collated_r, 4),
-                          "lightning_unlogged": round(unlogged_r, 4), "lightning_loop": round(loop_r, 4)})
+                          "lightning_unlogged": round(unlogged_r, 4), "lightning_loop": round(loop_r, 4),
+                          "bare_run": round(bare_run_r, 4), "lightning_run": round(run_r, 4)})
     res["step_s_lightning_loop"] = round(statistics.median(r["lightning_loop"] for r in per_round), 4)
     res["step_s_lightning_collated"] = round(statistics.median(r["lightning_collated"] for r in per_round), 4)
     res["step_s_bare_for_loop"] = round(statistics.median(r["bare"] for r in per_round), 4)
     res["lightning_vs_bare"] = round(statistics.median(r["bare"] / r["lightning_loop"] for r in per_round), 3)
     for side in ("lightning_collated", "lightning_unlogged"):
         res[f"{side}_vs_bare"] = round(statistics.median(r["bare"] / r[side] for r in per_round), 3)
+    res["step_s_lightning_run"] = round(statistics.median(r["lightning_run"] for r in per_round), 4)
+    res["step_s_bare_run"] = round(statistics.median(r["bare_run"] for r in per_round), 4)
+    res["lightning_run_vs_bare_run"] = round(statistics.median(r["bare_run"] / r["lightning_run"] for r in per_round), 3)
     res["queries_per_s_lightning_loop"] = round(B / res["step_s_lightning_loop"], 2)
     res["dataloader_workers"] = dm.num_workers
     default_workers = dm.num_workers

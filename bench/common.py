@@ -107,6 +107,23 @@ def interleaved(sides: dict, inputs: list, warmup: int = 1, device=None) -> dict
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def loop_time(fn, inputs: list, device=None, warmup: int = 1) -> float:
+    """Mean seconds per call of ``fn(x)`` over ``inputs[warmup:]`` run back to back, the device synchronised only
+    before the first timed call and after the last: what a training loop that never waits for the device achieves
+    (the host queues each step while the device still runs the one before). :func:`interleaved` synchronises after
+    every call instead (the step's latency)."""
+    for x in inputs[:warmup]:
+        fn(x)
+    if device is not None:
+        sync(device)
+    start = time.perf_counter()
+    for x in inputs[warmup:]:
+        fn(x)
+    if device is not None:
+        sync(device)
+    return (time.perf_counter() - start) / max(1, len(inputs) - warmup)
+
+
 @dataclass
 class BenchData:
     """What the speed benchmarks run on: a checkpoint folder, passage texts by id, and training queries

@@ -157,22 +157,34 @@ def st_step(st, device, bf16: bool):
 
 class StepTimer(L.Callback):
     """Lightning callback: wall time between consecutive ``on_train_batch_end`` calls — data loading, collation
-    (tokenisation), transfer, the step and logging — for every step after the first."""
+    (tokenisation), transfer, the step and logging — for every step after the first.
 
-    def __init__(self, device):
+    ``sync_each=False``: the device is synchronised only at the end of the first and of the last step
+    (``last_step``), so the loop runs as it would untimed, the host free to queue a step while the device runs the one
+    before; :attr:`run_step` is then the mean step between those two points."""
+
+    def __init__(self, device, sync_each: bool = True, last_step: int | None = None):
         self.device, self.starts, self.ends = device, [], []
+        self.sync_each, self.last_step = sync_each, last_step
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        sync(self.device)
+        if self.sync_each:
+            sync(self.device)
         self.starts.append(time.perf_counter())
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        sync(self.device)
+        if self.sync_each or trainer.global_step in (1, self.last_step):
+            sync(self.device)
         self.ends.append(time.perf_counter())
 
     @property
     def steps(self) -> list[float]:
         return [b - a for a, b in zip(self.ends, self.ends[1:])]
+
+    @property
+    def run_step(self) -> float:
+        """Mean seconds a step from the end of the first step to the end of the last (both synchronised)."""
+        return (self.ends[-1] - self.ends[0]) / max(1, len(self.ends) - 1)
 
     @property
     def first_step(self) -> float:
@@ -188,7 +200,8 @@ class _UnloggedModule:
         pass
 
 
-def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = True) -> list[float]:
+def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = True, sync_each: bool = True,
+                   log_every_n_steps: int | None = None) -> list[float]:
     """``Trainer.fit`` (``conf/trainer/default.yaml``: precision where native, clipping 1.0, logging every step to a
     CSV logger) of a RetrieverModule for ``steps`` + 1 steps → seconds of each step after the first.
 
@@ -196,7 +209,11 @@ def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = Tr
     already collated :class:`multipos.data.collate.Batch` objects, cycled as needed (the loop's own cost alone: hooks,
     the precision plugin, logging and transfer, on the batches a bare loop times). ``log_steps=False``: the module's
     two ``self.log`` calls a step do nothing (what Lightning's per-step logging costs; on the 2-core EPYC with a
-    2-layer test model about half of the loop's 2.2 ms a step over the bare loop, 2026-11-26)."""
+    2-layer test model about half of the loop's 2.2 ms a step over the bare loop, 2026-11-26).
+
+    ``sync_each=False`` → ``[mean seconds a step]`` (:attr:`StepTimer.run_step`: the device synchronised at the end of
+    the first and the last step only). ``log_every_n_steps`` replaces the trainer config's (1: the logger reads the
+    loss back from the device every step)."""
     from hydra.utils import instantiate
     from lightning.pytorch.loggers import CSVLogger
     from omegaconf import OmegaConf
@@ -207,7 +224,9 @@ def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = Tr
 
     register_resolvers()  # conf/trainer/default.yaml reads ${auto_precision:}
     cfg = OmegaConf.load(REPO / "conf" / "trainer" / "default.yaml")
-    timer = StepTimer(device)
+    if log_every_n_steps is not None:
+        cfg.log_every_n_steps = log_every_n_steps
+    timer = StepTimer(device, sync_each, last_step=steps + 1)
     trainer = instantiate(cfg, max_steps=steps + 1, max_epochs=-1, enable_checkpointing=False,
                           enable_progress_bar=False, enable_model_summary=False, callbacks=[timer],
                           logger=CSVLogger(tempfile.mkdtemp(prefix="multipos-bench-csv-")))
@@ -218,4 +237,4 @@ def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = Tr
         trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader(cycled, batch_size=None, shuffle=False))
     else:
         trainer.fit(module, datamodule=dm)
-    return timer.steps
+    return timer.steps if sync_each else [timer.run_step]

@@ -8,11 +8,12 @@
 # H3's numbers again), which leaves the benches: `SUITE_S=0 TRAIN_S=0 bash bench/gpu/call_session.sh`, about 230 s.
 # bench_speed.py times the Lightning loop in 3 rounds, each against a bare loop timed right before it (H5's bare loop
 # moved 36 % between two runs; each round also times the loop over collated batches, with and without its per-step
-# logging), then with 8 and 12 workers (4, the default, is in the rounds): about 130 s expected. Stopped at SPEED_S it
-# still writes its line with the rounds it finished (`stopped_in`). Suite, benches and setup: at most about 490 s.
+# logging, and both loops synchronised only at their ends): about 135 s expected. The 8 and 12 worker loops of H3/H5
+# are left out for that time (H5: 0.88 and 1.005). Stopped at SPEED_S it still writes its line with the rounds it
+# finished (`stopped_in`). Suite, benches and setup: at most about 490 s.
 # All three parts (up to 625 s) no longer fit one call: give the suite a call of its own when it must run.
 # The benches come first (since 2026-11-26, after H5), on a machine nothing else has loaded yet: H1's benches started
 # right after the suite at a 1-minute load of 15.5, and the suite is the part that can be cut (SUITE_S) without loss.
 TRAIN_S=${TRAIN_S:-170} SPEED_S=${SPEED_S:-150} FIT_S=${FIT_S:-55} \
-  SPEED_ARGS="--skip ddp share --no-full-step --workers 8,12 --loop-steps 30 --loop-rounds 3" bash bench/gpu/call_main.sh
+  SPEED_ARGS="--skip ddp share --no-full-step --loop-steps 30 --loop-rounds 3" bash bench/gpu/call_main.sh
 [ "${SUITE_S:-240}" = 0 ] || SUITE_S=${SUITE_S:-240} BENCH=0 bash bench/gpu/call_suite.sh

@@ -38,8 +38,8 @@ KINDS = {"speed": "speed", "fit_vs_st_train": "fit_vs_st", "paper_scale": "paper
 ARCHIVE = Path("experiments/sweeps/gpu-h100.tar.xz")  # the name the earlier sessions gave it; it holds H200 runs too
 MAIN_SWEEP = "default-cpu-gpu"
 RATIOS = ("step_vs_bare", "step_vs_st_mnrl", "lightning_vs_bare", "lightning_collated_vs_bare",
-          "lightning_unlogged_vs_bare", "lightning_vs_bare_workers_8", "lightning_vs_bare_workers_12", "encode_vs_st",
-          "fit_vs_st_train", "stopped_in")
+          "lightning_unlogged_vs_bare", "lightning_run_vs_bare_run", "lightning_vs_bare_workers_8",
+          "lightning_vs_bare_workers_12", "encode_vs_st", "fit_vs_st_train", "stopped_in")
 
 
 def gpu_tag(name: str) -> str:
