@@ -13,7 +13,8 @@ Modules and subpackages, by concept:
   ``corpus_candidates`` (every corpus passage a candidate: exact objectives in chunks), ``weight_interpolation``
   (WiSE-FT toward the starting weights);
 * the model and its training: ``model`` (dual encoder), ``module`` (LightningModule), ``distributed``
-  (cross-device negatives under DDP), ``grad_cache`` (GradCache), ``callbacks`` (retrieval validation, resume
+  (cross-device negatives under DDP), ``grad_cache`` (GradCache), ``transfer`` (host-to-device copies that do
+  not make the host wait for a GPU), ``callbacks`` (retrieval validation, resume
   checkpoints, RNG states), ``loggers`` (W&B that never blocks);
 * ``retrieval/``: ``encoding`` (encoding and the embedding cache), ``dense`` (FAISS runs), ``bm25`` (lexical runs),
   ``topk`` (exact top-k merge), ``shards`` (sharded corpus encoding and search);
