@@ -88,6 +88,12 @@ def _resolve_settings(path: str, given: dict, prefer_saved: bool) -> dict:
     return out
 
 
+#: The tokenizer outputs the encoders read from a batch (:meth:`DualEncoder.encode_queries`): a training batch
+#: carries these only (:class:`multipos.data.collate.GroupCollator`), not ``token_type_ids``, which single-text inputs
+#: hold as zeros and which the encoder then takes as its default.
+ENCODER_INPUTS = ("input_ids", "attention_mask")
+
+
 class DualEncoder(nn.Module):
     """Query and passage encoders with s(q, d) = ⟨E_q(q), E_d(d)⟩ / τ.
 
