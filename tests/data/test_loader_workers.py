@@ -60,10 +60,44 @@ def test_workers_start_with_the_standard_library_s_method_inside_a_loky_process(
     import multiprocessing
     import sys
 
-    from multipos.data.datamodule import worker_start_method
+    from multipos.data.loader import worker_start_method
 
     assert worker_start_method(0) is None and worker_start_method(2) is None  # this process: a standard method
     monkeypatch.setattr(multiprocessing, "get_start_method", lambda allow_none=False: "loky")
     assert worker_start_method(0) is None
     expected = "fork" if sys.platform == "linux" and sys.version_info < (3, 14) else "forkserver"
     assert worker_start_method(2) == expected
+
+
+def test_the_training_loader_s_workers_send_batches_by_file_name_and_yield_the_in_process_batches(tiny_beir, tiny_bert):
+    from multipos.data.loader import WorkerInit
+
+    dm = _datamodule(tiny_beir, tiny_bert)
+    loader = dm.train_dataloader()
+    assert loader.worker_init_fn == WorkerInit(0)
+    with_workers = list(loader)
+    dm.num_workers = 0
+    in_process = list(dm.train_dataloader())
+    assert [b.query_ids for b in with_workers] == [b.query_ids for b in in_process]
+    for a, b in zip(with_workers, in_process):
+        assert torch.equal(a.passages["input_ids"], b.passages["input_ids"]) and torch.equal(a.negative_mask,
+                                                                                            b.negative_mask)
+
+
+def test_worker_init_switches_the_worker_to_file_names_and_keeps_lightning_s_worker_seeding(monkeypatch):
+    import lightning.fabric.utilities.seed as seed
+
+    from multipos.data.loader import WorkerInit
+
+    calls = []
+    monkeypatch.setattr(seed, "pl_worker_init_function", lambda worker_id, rank=None: calls.append((worker_id, rank)))
+    before = torch.multiprocessing.get_sharing_strategy()
+    try:
+        monkeypatch.delenv("PL_SEED_WORKERS", raising=False)
+        WorkerInit(rank=1)(0)
+        assert torch.multiprocessing.get_sharing_strategy() == "file_system" and calls == []
+        monkeypatch.setenv("PL_SEED_WORKERS", "1")  # what seed_everything(workers=True) sets (multipos.train)
+        WorkerInit(rank=1)(3)
+        assert calls == [(3, 1)]
+    finally:
+        torch.multiprocessing.set_sharing_strategy(before)

@@ -14,7 +14,11 @@ line readers — is :mod:`multipos.types`, below every layer)
 * :mod:`~multipos.data.dense_negatives` — dense hard negatives, ANCE-style refresh mining (the callback: ``multipos.callbacks.NegativeRefresh``);
 * :mod:`~multipos.data.groups` — ``TrainQuery``, ``GroupBuilder``, ``group_masks`` (the paper's group composition);
 * :mod:`~multipos.data.budget` — ``AnnotationBudget`` (Table 7);
-* :mod:`~multipos.data.datamodule` — ``MultiPosDataModule``, ``EpochSampler``, the batch.
+* :mod:`~multipos.data.passage_tokens` — the training passages tokenised once;
+* :mod:`~multipos.data.collate` — the ``Batch`` and its collator;
+* :mod:`~multipos.data.loader` — the training loader: ``EpochSampler``, ``ResumableLoader``, how its workers start
+  and send batches;
+* :mod:`~multipos.data.datamodule` — ``MultiPosDataModule``.
 
 ``MultiPosDataModule`` is importable from here: ``conf/data`` instantiates ``multipos.data.MultiPosDataModule``.
 """

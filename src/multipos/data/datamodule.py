@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import logging
-import multiprocessing
-import sys
 from dataclasses import replace
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset
 
 from multipos.data.budget import AnnotationBudget
 from multipos.data.collate import Batch, GroupCollator
 from multipos.data.groups import REGIMES, Group, GroupBuilder, TrainQuery, negative_shortfall
+from multipos.data.loader import EpochSampler, ResumableLoader, WorkerInit, worker_start_method
 from multipos.data.passage_tokens import PassageTokens
 
 log = logging.getLogger(__name__)
@@ -42,78 +41,6 @@ class GroupDataset(Dataset):
         if self.pools is not None and q.query_id in self.pools:
             q = replace(q, negatives=self.pools[q.query_id])
         return self.builder.build(q, pos, epoch, self.fallback_ids)
-
-
-class EpochSampler(Sampler):
-    """Shuffles ``n`` items with a generator seeded by ``seed + epoch`` and yields ``(index, epoch)`` pairs.
-
-    Lightning calls :meth:`set_epoch` at the start of every epoch (as for ``DistributedSampler``), so the
-    order and the per-epoch draws depend only on (seed, epoch) — also after a resume.
-
-    Data-parallel training (``num_replicas`` ranks, ``use_distributed_sampler: false`` in ``conf/trainer/ddp.yaml``):
-    the epoch's order is padded with its first items to a multiple of ``num_replicas`` and rank r takes every
-    ``num_replicas``-th item from position r, as ``torch.utils.data.DistributedSampler`` does, so the ranks' batches
-    concatenated in rank order hold the same queries as one process with ``num_replicas`` times the batch size.
-    """
-
-    def __init__(self, n: int, seed: int, shuffle: bool = True, num_replicas: int = 1, rank: int = 0):
-        self.n, self.seed, self.shuffle, self.epoch, self.skip = n, seed, shuffle, 0, 0
-        self.skip_epoch: int | None = None  # the epoch ``skip`` belongs to (None = whichever is iterated next)
-        self.num_replicas, self.rank = num_replicas, rank
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-
-    def __len__(self) -> int:
-        return -(-self.n // self.num_replicas)
-
-    def __iter__(self):
-        if self.shuffle:
-            order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + self.epoch)).tolist()
-        else:
-            order = list(range(self.n))
-        if self.num_replicas > 1:
-            order = (order * self.num_replicas)[: len(self) * self.num_replicas][self.rank :: self.num_replicas]
-        # a resumed epoch starts after the items already trained on, once, and only if it is the epoch that was
-        # interrupted: a checkpoint written at an epoch's end resumes at the start of the next one
-        skip = self.skip if self.skip_epoch in (None, self.epoch) else 0
-        self.skip, self.skip_epoch = 0, None
-        return iter([(i, self.epoch) for i in list(order)[skip:]])
-
-
-class ResumableLoader(DataLoader):
-    """A ``DataLoader`` over an :class:`EpochSampler` that Lightning can checkpoint mid-epoch.
-
-    ``state_dict`` records the epoch and the batches already trained on (``progress()``, the trainer's
-    processed-batch count); after ``load_state_dict`` the iteration of that same epoch skips those batches, so a
-    run resumed from a mid-epoch checkpoint sees exactly the batches an uninterrupted run would have seen, and one
-    resumed from an epoch-end checkpoint starts the next epoch from its first batch.
-    """
-
-    def __init__(self, *args, progress=None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._progress = progress
-
-    def state_dict(self) -> dict:
-        return {"epoch": self.sampler.epoch, "batches": int(self._progress()) if self._progress else 0}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.sampler.skip = int(state.get("batches", 0)) * int(self.batch_size)
-        self.sampler.skip_epoch = int(state["epoch"]) if "epoch" in state else None
-
-
-def worker_start_method(num_workers: int) -> str | None:
-    """The start method of the training loader's workers: None (torch's default, this process's start method) unless
-    that is not one of the standard library's, as in the loky processes Hydra's joblib launcher (``launcher=parallel``)
-    runs jobs in, whose ``loky`` method cannot start a plain ``multiprocessing.Process`` (the DataLoader's worker
-    fails to start: seen on the H200, 2026-11-26); then the standard library's default for this platform and
-    Python (``fork`` on Linux before 3.14, else ``forkserver`` or ``spawn``). None also for ``num_workers=0``."""
-    if num_workers == 0 or multiprocessing.get_start_method(allow_none=True) in (None, "fork", "spawn", "forkserver"):
-        return None
-    available = multiprocessing.get_all_start_methods()
-    if sys.platform == "linux" and sys.version_info < (3, 14) and "fork" in available:
-        return "fork"
-    return "forkserver" if "forkserver" in available else "spawn"
 
 
 class MultiPosDataModule(L.LightningDataModule):
@@ -341,4 +268,5 @@ class MultiPosDataModule(L.LightningDataModule):
                                drop_last=len(sampler) >= self.batch_size, collate_fn=self.collator(),
                                num_workers=self.num_workers, persistent_workers=self.num_workers > 0, progress=progress,
                                multiprocessing_context=worker_start_method(self.num_workers),
+                               worker_init_fn=WorkerInit(ranks[1]) if self.num_workers > 0 else None,
                                generator=torch.Generator().manual_seed(self.seed))
