@@ -101,3 +101,23 @@ def test_worker_init_switches_the_worker_to_file_names_and_keeps_lightning_s_wor
         assert calls == [(3, 1)]
     finally:
         torch.multiprocessing.set_sharing_strategy(before)
+
+
+def test_worker_init_keeps_file_descriptors_where_file_names_fail(monkeypatch, caplog):
+    import logging
+
+    from multipos.data.loader import WorkerInit
+
+    def fails(self):
+        raise RuntimeError("error executing torch_shm_manager")
+
+    monkeypatch.delenv("PL_SEED_WORKERS", raising=False)
+    monkeypatch.setattr(torch.Tensor, "share_memory_", fails)
+    before = torch.multiprocessing.get_sharing_strategy()
+    try:
+        with caplog.at_level(logging.WARNING, logger="multipos.data.loader"):
+            WorkerInit()(2)
+        assert torch.multiprocessing.get_sharing_strategy() == before
+        assert "worker 2: tensors by file name failed (RuntimeError: error executing torch_shm_manager)" in caplog.text
+    finally:
+        torch.multiprocessing.set_sharing_strategy(before)

@@ -3,16 +3,18 @@ worker processes start and send their batches."""
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader, Sampler
 
 __all__ = ["EpochSampler", "ResumableLoader", "WorkerInit", "worker_start_method"]
+
+log = logging.getLogger(__name__)
 
 
 class EpochSampler(Sampler):
@@ -103,15 +105,22 @@ class WorkerInit:
     behind is removed by torch's ``torch_shm_manager`` once every process of the run has exited (torch documentation,
     "Sharing strategies"). Only the workers switch strategy: what the main process itself shares is unchanged.
 
-    A torch build without ``torch_shm_manager`` (which the strategy needs) keeps file descriptors.
+    A worker where that strategy fails (a torch build without its ``torch_shm_manager``, a shared-memory folder it
+    cannot use: tried on one small tensor at the worker's start) keeps file descriptors and logs a warning.
 
     ``rank``: this process's global rank (Lightning's seeding of the worker depends on it)."""
 
     rank: int = 0
 
     def __call__(self, worker_id: int) -> None:
-        if os.access(Path(torch.__file__).parent / "bin" / "torch_shm_manager", os.X_OK):
-            torch.multiprocessing.set_sharing_strategy("file_system")
+        before = torch.multiprocessing.get_sharing_strategy()
+        torch.multiprocessing.set_sharing_strategy("file_system")
+        try:
+            torch.zeros(1).share_memory_()
+        except Exception as exc:  # noqa: BLE001 -- any failure keeps torch's default, which works
+            torch.multiprocessing.set_sharing_strategy(before)
+            log.warning("DataLoader worker %d: tensors by file name failed (%s: %s); sending file descriptors",
+                        worker_id, type(exc).__name__, exc)
         if int(os.environ.get("PL_SEED_WORKERS", 0)):
             from lightning.fabric.utilities.seed import pl_worker_init_function
 
