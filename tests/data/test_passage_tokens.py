@@ -198,3 +198,15 @@ def test_a_two_tower_run_with_the_store_trains_the_weights_of_one_without(tiny_b
     assert with_store.keys() == without.keys()
     for name, weight in without.items():
         assert torch.equal(with_store[name], weight), name
+
+
+def test_a_batch_carries_only_the_inputs_the_encoders_read(tiny_beir, tiny_bert):
+    """The tokenizer also returns ``token_type_ids``; a batch leaves them out, from the store or from the texts (each
+    tensor costs a transfer from the DataLoader worker and a copy to the GPU: multipos.model.ENCODER_INPUTS)."""
+    from multipos.model import ENCODER_INPUTS
+
+    dm = _datamodule(tiny_beir, tiny_bert)
+    groups = [dm.dataset[(0, 0)], dm.dataset[(1, 0)]]
+    assert "token_type_ids" in dm.tokenizer(["heart"])
+    for batch in (dm.collate(groups), _tokenised_texts(dm, groups)):
+        assert list(batch.query) == list(ENCODER_INPUTS) and list(batch.passages) == list(ENCODER_INPUTS)
