@@ -70,7 +70,7 @@ def step_ratios(data, device, bf16: bool, size: dict, res: dict, workers: list[i
                 loop_rounds: int = 3):
     """multipos vs bare vs sentence-transformers MNRL steps, then the Lightning loop in ``loop_rounds`` rounds (each
     against a bare loop timed right before it; ``lightning_rounds``), on the same batches."""
-    from sides import bare_step, data_module, lightning_loop, multipos_step, st_columns, st_model, st_step
+    from sides import bare_step, cycled, data_module, lightning_loop, multipos_step, st_columns, st_model, st_step
 
     B, G, rounds = size["batch"], size["group"], size["rounds"]
     dm = data_module(data, B, G, size["query_len"], size["passage_len"])
@@ -107,14 +107,13 @@ def step_ratios(data, device, bf16: bool, size: dict, res: dict, workers: list[i
     # loop's already collated batches: the loop's own cost, apart from data loading.
     bare_fn, per_round = bare_step(data, device, bf16, G), []
     steps = loop_steps or rounds
-    cycled = (batches * (steps // len(batches) + 2))[: steps + 1]
     res["lightning_rounds"] = per_round  # filled round by round: a stopped run still writes the finished rounds
     for _ in range(loop_rounds):
         bare_r = interleaved({"bare": bare_fn}, batches, warmup=1, device=device)["bare"]
         collated_r = statistics.median(lightning_loop(data, batches, device, steps))
         unlogged_r = statistics.median(lightning_loop(data, batches, device, steps, log_steps=False))
         loop_r = statistics.median(lightning_loop(data, dm, device, steps))
-        bare_run_r = loop_time(bare_fn, cycled, device)
+        bare_run_r = loop_time(bare_fn, cycled(batches, steps), device)
         run_r = lightning_loop(data, dm, device, steps, sync_each=False, log_every_n_steps=50)[0]
         per_round.append({"bare": round(bare_r, 4), "lightning_collated": round(collated_r, 4),
                           "lightning_unlogged": round(unlogged_r, 4), "lightning_loop": round(loop_r, 4),

@@ -200,6 +200,11 @@ class _UnloggedModule:
         pass
 
 
+def cycled(batches: list, steps: int) -> list:
+    """``steps`` + 1 batches (a warm-up step, then the timed ones): ``batches`` repeated in order as needed."""
+    return (batches * (steps // len(batches) + 2))[: steps + 1]
+
+
 def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = True, sync_each: bool = True,
                    log_every_n_steps: int | None = None) -> list[float]:
     """``Trainer.fit`` (``conf/trainer/default.yaml``: precision where native, clipping 1.0, logging every step to a
@@ -233,8 +238,8 @@ def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = Tr
     cls = RetrieverModule if log_steps else type("UnloggedRetrieverModule", (_UnloggedModule, RetrieverModule), {})
     module = cls(multipos_model(data), ContrastiveLoss("singlelh"), scheduler=None)
     if isinstance(dm, list):
-        cycled = (dm * (steps // len(dm) + 2))[: steps + 1]
-        trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader(cycled, batch_size=None, shuffle=False))
+        trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader(cycled(dm, steps), batch_size=None,
+                                                                          shuffle=False))
     else:
         trainer.fit(module, datamodule=dm)
     return timer.steps if sync_each else [timer.run_step]
