@@ -206,9 +206,9 @@ def cycled(batches: list, steps: int) -> list:
 
 
 def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = True, sync_each: bool = True,
-                   log_every_n_steps: int | None = None) -> list[float]:
+                   shipped: bool = False) -> list[float]:
     """``Trainer.fit`` (``conf/trainer/default.yaml``: precision where native, clipping 1.0, logging every step to a
-    CSV logger) of a RetrieverModule for ``steps`` + 1 steps → seconds of each step after the first.
+    CSV logger, no progress bar) of a RetrieverModule for ``steps`` + 1 steps → seconds of each step after the first.
 
     ``dm``: the data module (the whole loop: DataLoader workers, collation, transfer, the step, logging), or a list of
     already collated :class:`multipos.data.collate.Batch` objects, cycled as needed (the loop's own cost alone: hooks,
@@ -217,23 +217,29 @@ def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = Tr
     2-layer test model about half of the loop's 2.2 ms a step over the bare loop, 2026-11-26).
 
     ``sync_each=False`` → ``[mean seconds a step]`` (:attr:`StepTimer.run_step`: the device synchronised at the end of
-    the first and the last step only). ``log_every_n_steps`` replaces the trainer config's (1: the logger reads the
-    loss back from the device every step)."""
+    the first and the last step only). ``shipped=True``: the trainer a user runs on this device instead, composed by
+    Hydra (``trainer=gpu`` on CUDA: logging every 10 steps; else ``trainer=default``), with its progress bar
+    (:func:`multipos.fit.progress_bar`, refreshing when the logger logs)."""
+    from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
     from lightning.pytorch.loggers import CSVLogger
     from omegaconf import OmegaConf
 
     from multipos.config_resolvers import register_resolvers
+    from multipos.fit import progress_bar
     from multipos.losses import ContrastiveLoss
     from multipos.module import RetrieverModule
 
     register_resolvers()  # conf/trainer/default.yaml reads ${auto_precision:}
-    cfg = OmegaConf.load(REPO / "conf" / "trainer" / "default.yaml")
-    if log_every_n_steps is not None:
-        cfg.log_every_n_steps = log_every_n_steps
+    if shipped:
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+            cfg = compose("train", [f"trainer={'gpu' if torch.device(device).type == 'cuda' else 'default'}"]).trainer
+        bar = progress_bar(cfg)
+    else:
+        cfg, bar = OmegaConf.load(REPO / "conf" / "trainer" / "default.yaml"), []
     timer = StepTimer(device, sync_each, last_step=steps + 1)
     trainer = instantiate(cfg, max_steps=steps + 1, max_epochs=-1, enable_checkpointing=False,
-                          enable_progress_bar=False, enable_model_summary=False, callbacks=[timer],
+                          enable_progress_bar=bool(bar), enable_model_summary=False, callbacks=[timer, *bar],
                           logger=CSVLogger(tempfile.mkdtemp(prefix="multipos-bench-csv-")))
     cls = RetrieverModule if log_steps else type("UnloggedRetrieverModule", (_UnloggedModule, RetrieverModule), {})
     module = cls(multipos_model(data), ContrastiveLoss("singlelh"), scheduler=None)

@@ -62,3 +62,26 @@ def test_dropout_on_cuda_after_a_restore_draws_the_same_masks():
     torch.nn.functional.dropout(x, 0.5)
     cb.on_load_checkpoint(None, None, checkpoint)
     assert torch.equal(torch.nn.functional.dropout(x, 0.5), expected)
+
+
+def test_the_progress_bar_shows_the_logged_loss_and_follows_the_logging_interval():
+    """:func:`multipos.fit.progress_bar`: none when the trainer disables it, else a bar refreshing every
+    ``log_every_n_steps`` steps that shows ``train/loss`` from the logged metrics (the module logs it without
+    ``prog_bar``, which Lightning would read back from the device at every step)."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from multipos.callbacks import LoggedProgressBar
+    from multipos.fit import progress_bar
+
+    assert progress_bar(OmegaConf.create({"enable_progress_bar": False, "log_every_n_steps": 10})) == []
+    (bar,) = progress_bar(OmegaConf.create({"enable_progress_bar": True, "log_every_n_steps": 10}))
+    assert isinstance(bar, LoggedProgressBar) and bar.refresh_rate == 10
+    assert progress_bar(OmegaConf.create({"log_every_n_steps": 0}))[0].refresh_rate == 1
+    trainer = SimpleNamespace(callback_metrics={"train/loss": torch.tensor(1.5), "train/lr": torch.tensor(2e-5)},
+                              progress_bar_metrics={"val/ndcg@10": 0.25}, loggers=[])
+    shown = bar.get_metrics(trainer, None)
+    assert shown["train/loss"] == 1.5 and shown["val/ndcg@10"] == 0.25 and "train/lr" not in shown
+    assert "train/loss" not in bar.get_metrics(SimpleNamespace(callback_metrics={}, progress_bar_metrics={},
+                                                               loggers=[]), None)

@@ -200,3 +200,54 @@ def test_training_steps_make_the_host_wait_for_the_gpu_nowhere_in_multipos(tiny_
     assert len(calls["step"]) >= 4 and len(calls["transfer"]) >= 4
     assert calls["step"][0]  # the first step checks the loss masks' rows: a synchronising read, and it is seen
     assert [c for c in calls["transfer"] if c] == [] and [c for c in calls["step"][1:] if c] == []
+
+
+def test_between_logging_steps_the_whole_loop_makes_the_host_wait_nowhere(tiny_beir, tiny_bert, tmp_path, monkeypatch):
+    """``torch.cuda.set_sync_debug_mode("warn")`` over a whole ``trainer=gpu`` ``fit``, progress bar on
+    (:func:`multipos.fit.progress_bar`), logging every 1000 steps: no synchronising CUDA call from Lightning's or
+    multipos's code in a step that is neither the first (the loss masks' row check) nor an epoch's last (dev
+    retrieval, checkpoints, the bar's epoch summary). Before 2026-11-26 every step read ``train/loss`` back
+    (``prog_bar=True``: Lightning converts it at every step). tests/test_host_sync.py does the same on the CPU."""
+    import warnings
+    from pathlib import Path
+
+    import lightning
+    import lightning_utilities
+
+    import multipos
+
+    roots = tuple(str(Path(m.__file__).resolve().parent) for m in (multipos, lightning, lightning_utilities))
+    caught: list[tuple[str, str, int]] = []  # (message, file, line) of each warning
+    tags: list[tuple[int, bool, int]] = []  # (batch index, last of its epoch, warnings so far) at each batch start
+
+    class Tag(lightning.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            tags.append((batch_idx, batch_idx + 1 == trainer.num_training_batches, len(caught)))
+
+    real_fit = lightning.Trainer.fit
+
+    def fit(self, *args, **kwargs):  # each warning recorded as it is raised, so the step tags count them
+        self.callbacks.insert(0, Tag())
+        real_showwarning = warnings.showwarning
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.showwarning = lambda message, category, filename, lineno, *a, **k: caught.append(
+                (str(message), filename, lineno))
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                return real_fit(self, *args, **kwargs)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+                warnings.showwarning = real_showwarning
+
+    monkeypatch.setenv("MULTIPOS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(lightning.Trainer, "fit", fit)
+    overrides = [o for o in tiny_overrides(tiny_beir, tiny_bert, tmp_path / "run") if not o.startswith("trainer")]
+    train(compose_cfg("train", [*overrides, "trainer=gpu", "trainer.max_epochs=2", "trainer.enable_progress_bar=true",
+                                "trainer.log_every_n_steps=1000", "data.batch_size=1", "eval.bf16=true"]))
+    ends = [n for *_, n in tags[1:]] + [len(caught)]
+    waits = [(batch_idx, [f"{Path(f).name}:{line}" for message, f, line in caught[start:end]
+                          if "synchroniz" in message and str(Path(f).resolve()).startswith(roots)])
+             for (batch_idx, last, start), end in zip(tags, ends) if not last]
+    assert len(tags) >= 8 and len(waits) >= 6
+    assert [(i, w) for i, w in waits[1:] if w] == []

@@ -20,6 +20,8 @@ import traceback
 from pathlib import Path
 
 import pytest
+import lightning
+import lightning_utilities
 import torch
 from torch.overrides import TorchFunctionMode
 
@@ -32,17 +34,22 @@ from multipos.transfer import to_device
 from tests.helpers import compose_cfg, tiny_overrides
 
 PACKAGE = str(Path(multipos.__file__).resolve().parent)
+#: The training loop's own code: multipos and Lightning (``lightning``, and the ``lightning_utilities`` helpers its
+#: logging converts values with).
+LOOP = (PACKAGE, *(str(Path(m.__file__).resolve().parent) for m in (lightning, lightning_utilities)))
 READS = frozenset({"item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "nonzero",
                    "masked_select", "unique", "_local_scalar_dense"})
 
 
 class HostReads(TorchFunctionMode):
     """Records the tensor calls that read device values back to the host (``item``, ``bool(t)``, ``tolist``,
-    ``nonzero``, indexing with a boolean tensor, …) made directly from a multipos source file: ``reads`` is a list
-    of ``(call, "file:line function")``. Calls from PyTorch, Lightning or transformers are not recorded."""
+    ``nonzero``, indexing with a boolean tensor, …) made directly from a source file under one of ``roots`` (default:
+    the multipos package): ``reads`` is a list of ``(call, "file:line function")``. Calls from anywhere else
+    (PyTorch, transformers, this test) are not recorded."""
 
-    def __init__(self):
+    def __init__(self, roots: tuple[str, ...] = (PACKAGE,)):
         super().__init__()
+        self.roots = roots
         self.reads: list[tuple[str, str]] = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -51,7 +58,7 @@ class HostReads(TorchFunctionMode):
                          and args[1].dtype == torch.bool)
         if name in READS or boolean_index:
             caller = traceback.extract_stack(limit=2)[0]
-            if str(Path(caller.filename).resolve()).startswith(PACKAGE):
+            if str(Path(caller.filename).resolve()).startswith(self.roots):
                 self.reads.append((name, f"{Path(caller.filename).name}:{caller.lineno} {caller.name}"))
         return func(*args, **(kwargs or {}))
 
@@ -120,3 +127,47 @@ def test_no_training_step_after_the_first_reads_a_value_back(tiny_beir, tiny_ber
     assert len(steps) >= 4
     assert any("_check_rows" in where for _, where in steps[0])  # the first step checks the masks' rows
     assert [reads for reads in steps[1:] if reads] == []
+
+
+class _StepTag(lightning.Callback):
+    """Tags each training step for :class:`HostReads`: ``tags`` gets ``(epoch, batch_idx, last batch of the epoch)``
+    at each batch start; reads made until the next batch starts belong to that step."""
+
+    def __init__(self, rec: HostReads):
+        self.rec, self.tags = rec, []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.tags.append((trainer.current_epoch, batch_idx, batch_idx + 1 == trainer.num_training_batches,
+                          len(self.rec.reads)))
+
+
+@pytest.mark.parametrize("log_every", [1, 1000])
+def test_between_logging_steps_the_loop_reads_nothing_back(tiny_beir, tiny_bert, tmp_path, monkeypatch, log_every):
+    """The whole Lightning loop, progress bar included (:func:`multipos.fit.progress_bar`), reads the loss back from
+    the device only when it logs (``trainer.log_every_n_steps``; ``trainer=gpu`` logs every 10 steps) and at an
+    epoch's end. Logging every step reads at every step (what a GPU run did before 2026-11-26); logging every 1000
+    steps reads at no step but an epoch's last (its dev retrieval, the bar's epoch summary, the next epoch's sampler).
+    Reads from PyTorch's optimizer (the CPU's single-tensor AdamW reads its step count; on CUDA the step counts stay
+    on the CPU) and from transformers (the attention mask check at each forward's start, the bare loop's as well) are
+    not counted."""
+    monkeypatch.setenv("MULTIPOS_CACHE", str(tmp_path / "cache"))
+    rec = HostReads(LOOP)
+    tag = _StepTag(rec)
+    real_fit = lightning.Trainer.fit
+
+    def fit(self, *args, **kwargs):
+        self.callbacks.insert(0, tag)
+        with rec:
+            return real_fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(lightning.Trainer, "fit", fit)
+    train(compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path / "run"), "trainer.max_epochs=2",
+                                "data.batch_size=1", "pack_sequences=0", "trainer.enable_progress_bar=true",
+                                f"trainer.log_every_n_steps={log_every}"]))
+    ends = [n for *_, n in tag.tags[1:]] + [len(rec.reads)]
+    steps = [(tag, rec.reads[start:end]) for (*tag, start), end in zip(tag.tags, ends)]
+    assert len(steps) >= 8 and sum(not last for (_, _, last), _ in steps) >= 6
+    if log_every == 1:
+        assert all(any(call == "item" for call, _ in reads) for _, reads in steps)
+    else:
+        assert [(t, reads) for t, reads in steps[1:] if reads and not t[2]] == []  # the first step checks the masks

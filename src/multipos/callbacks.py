@@ -1,7 +1,8 @@
 """Every Lightning callback of multipos: retrieval validation (dev nDCG@10 each epoch, used to select the checkpoint),
 the checkpoint that resuming starts from and the RNG states saved with it, the ANCE-style hard-negative refresh
 (:class:`NegativeRefresh`, driving :func:`multipos.data.dense_negatives.mine_dense_negatives`) and the Sec. 3.3 gradient
-diagnostics (:class:`GradientDiagnostics`, logging :func:`multipos.diagnostics.batch_diagnostics`)."""
+diagnostics (:class:`GradientDiagnostics`, logging :func:`multipos.diagnostics.batch_diagnostics`), and the terminal
+progress bar (:class:`LoggedProgressBar`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from collections.abc import Mapping, Sequence
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 
 from multipos.data.dense_negatives import mine_dense_negatives, pools_from_rows, pools_to_rows
 from multipos.diagnostics import DEFAULT_OBJECTIVES, OUTPUT_KEYS, batch_diagnostics
@@ -86,6 +87,35 @@ class StepCheckpoint(ModelCheckpoint):
         if batch_idx + 1 >= trainer.num_training_batches:
             return
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+
+class LoggedProgressBar(TQDMProgressBar):
+    """Lightning's tqdm progress bar, showing ``shown`` (default ``train/loss``) read from the trainer's logged
+    metrics each time it refreshes (every ``refresh_rate`` steps and at an epoch's last step).
+
+    Why not ``self.log(..., prog_bar=True)``: Lightning converts every progress-bar metric to a Python number at
+    every training step, whether a bar shows it or not (Lightning-AI/pytorch-lightning issue 21232). On a GPU each
+    conversion makes the host wait until the device has finished the step, so the host stops preparing the next
+    step while the device runs this one. The module logs ``train/loss`` without ``prog_bar`` and this bar reads it
+    back only when it refreshes (:func:`multipos.fit.progress_bar`: every ``trainer.log_every_n_steps`` steps, when
+    the logger reads it anyway).
+
+    Args: refresh_rate: steps between refreshes (≥ 1); shown: logged metric names to show, those not logged yet are
+    left out.
+    """
+
+    def __init__(self, refresh_rate: int = 1, shown: Sequence[str] = ("train/loss",)):
+        super().__init__(refresh_rate=refresh_rate)
+        self.shown = tuple(shown)
+
+    def get_metrics(self, trainer, pl_module) -> dict:
+        metrics = super().get_metrics(trainer, pl_module)
+        logged = trainer.callback_metrics
+        for name in self.shown:
+            if name in logged and name not in metrics:
+                value = logged[name]
+                metrics[name] = value.item() if isinstance(value, torch.Tensor) else value
+        return metrics
 
 
 class RNGStateCheckpoint(L.Callback):

@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 
 from multipos import atomic
 from multipos.assets import cache_dir
-from multipos.callbacks import RNGStateCheckpoint, check_refresh_callback
+from multipos.callbacks import LoggedProgressBar, RNGStateCheckpoint, check_refresh_callback
 from multipos.distributed import is_rank_zero
 from multipos.loggers import log_config
 from multipos.losses import ContrastiveLoss
@@ -79,8 +79,23 @@ def build_trainer(cfg: DictConfig, out: Path, max_epochs: int, callbacks: list, 
         extra = {key: stage} if stage is not None and key else {}
         logger = instantiate(cfg.logger, **extra)
         log_config(logger, cfg)
-    return instantiate(cfg.trainer, default_root_dir=str(out), logger=logger, callbacks=callbacks, max_epochs=max_epochs,
-                       plugins=[atomic.AtomicCheckpointIO()], **overrides)
+    return instantiate(cfg.trainer, default_root_dir=str(out), logger=logger, callbacks=[*callbacks, *progress_bar(cfg.trainer)],
+                       max_epochs=max_epochs, plugins=[atomic.AtomicCheckpointIO()], **overrides)
+
+
+def progress_bar(trainer_cfg: DictConfig) -> list:
+    """The terminal progress bar for ``trainer_cfg`` → ``[LoggedProgressBar]``, or ``[]`` when
+    ``trainer_cfg.enable_progress_bar`` is false.
+
+    The bar shows ``train/loss``, which lives on the training device: each refresh reads it back, and on a GPU that
+    makes the host wait until the device has finished the step, so the host's work between steps (Lightning's hooks,
+    the next batch) stops overlapping the device's. It refreshes every ``trainer.log_every_n_steps`` steps (and at
+    each epoch's last step), when the logger reads the loss anyway: one setting says how often the host waits for the
+    loss (:class:`multipos.callbacks.LoggedProgressBar`).
+    """
+    if not trainer_cfg.get("enable_progress_bar", True):
+        return []
+    return [LoggedProgressBar(refresh_rate=max(1, int(trainer_cfg.get("log_every_n_steps") or 1)))]
 
 
 def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, model, datamodule, evaluation,

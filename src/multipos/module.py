@@ -188,8 +188,10 @@ class RetrieverModule(L.LightningModule):
         else:
             loss, extra = self.batch_loss(self.model.encode_queries(batch.query),
                                           self.model.encode_passages(batch.passages), batch)
-        # the mean of the ranks' losses is the global batch's mean loss (multipos.distributed)
-        self.log("train/loss", loss, prog_bar=True, batch_size=n, sync_dist=self.trainer.world_size > 1)
+        # the mean of the ranks' losses is the global batch's mean loss (multipos.distributed). Not prog_bar: Lightning
+        # reads a progress-bar metric back from the device at every step; multipos.callbacks.LoggedProgressBar shows
+        # it, read only when the bar refreshes
+        self.log("train/loss", loss, prog_bar=False, batch_size=n, sync_dist=self.trainer.world_size > 1)
         return {"loss": loss, **extra}
 
     def query_side_loss(self, q: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, dict]:

@@ -124,6 +124,20 @@ def test_grouping_rules(tmp_path, seeded):
     assert row_label(group_seeds(runs)[0], "objective,G") == "jointlh,G=8"  # collect sorts: seed1/jointlh first
 
 
+def test_seeds_logged_at_other_intervals_form_one_row(tmp_path):
+    """``trainer.log_every_n_steps`` changes no result (:data:`multipos.runs.keys.HASHED_AS`): a GPU sweep's seeds
+    logged every step (before 2026-11-26) and every 10 steps (``trainer=gpu`` since) are one row."""
+    pq = {SET: {"ndcg@10": qmap([0.1, 0.2, 0.3])}}
+    a = load_run(make_run(tmp_path, "a", "jointlh", pq, seed=1))
+    b = load_run(make_run(tmp_path, "b", "jointlh", pq, seed=2))
+    a.raw_config.setdefault("trainer", {})["log_every_n_steps"] = 1
+    b.raw_config.setdefault("trainer", {})["log_every_n_steps"] = 10
+    assert [g.runs for g in group_seeds([a, b])] == [[a, b]]
+    assert b.raw_config["trainer"]["log_every_n_steps"] == 10  # the run's own config is left as it is
+    b.raw_config["trainer"]["max_epochs"] = 99
+    assert len(group_seeds([a, b])) == 2
+
+
 def test_seeds_must_cover_the_same_queries(tmp_path):
     s = [load_run(make_run(tmp_path / f"s{i}", "s", "singlelh", {SET: {"ndcg@10": qmap([0.1, 0.2, 0.3])}}, seed=i))
          for i in (1, 2)]

@@ -7,6 +7,7 @@ tests, are the per-query means over its seeds: every seed must have values for t
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import statistics
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from multipos.report.runs import RunResult
-from multipos.runs.keys import SEED_FREE_KEYS
+from multipos.runs.keys import SEED_FREE_KEYS, hashed_as
 
 #: Top-level config keys that do not make two runs different rows: the seed, and keys that only name or
 #: place a run (where it writes, how the study renders it, whether it resumes).
@@ -39,9 +40,10 @@ def _flat(node: object, prefix: str = "") -> dict[str, object]:
 
 
 def comparable_config(run: RunResult) -> dict[str, object]:
-    """The run's raw (unresolved) config flattened to dotted keys, without :data:`SEED_FREE_KEYS`."""
+    """The run's raw (unresolved) config flattened to dotted keys, without :data:`SEED_FREE_KEYS` and with the
+    settings that do not change a run at their hashed value (:data:`multipos.runs.keys.HASHED_AS`)."""
     raw = {k: v for k, v in run.raw_config.items() if k not in SEED_FREE_KEYS}
-    return _flat(raw)
+    return _flat(hashed_as(copy.deepcopy(raw)))
 
 
 def config_difference(a: RunResult, b: RunResult) -> list[str]:

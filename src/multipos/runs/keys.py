@@ -25,8 +25,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from multipos.stages import DEFAULTS as STAGE_DEFAULTS
 
-__all__ = ["VOLATILE_KEYS", "SEED_FREE_KEYS", "NOT_COMPUTED", "IGNORED_BY_SINGLE_POSITIVE", "config_hash",
-           "equivalence_key"]
+__all__ = ["VOLATILE_KEYS", "SEED_FREE_KEYS", "NOT_COMPUTED", "IGNORED_BY_SINGLE_POSITIVE", "HASHED_AS",
+           "hashed_as", "config_hash", "equivalence_key"]
 
 #: Config keys that do not change what a run computes (paths, report layout, study name and CPU size, resume and
 #: reuse switches, the speed settings ``threads``, ``parallel_jobs`` and ``pack_sequences``, ``prepare_only`` (a run stopped
@@ -86,13 +86,35 @@ NEUTRAL_SETTINGS = {
 }
 
 
+#: Settings in the hash that do not change what a run computes, with the value every run hashed before this rule had:
+#: a run is hashed at that value whatever its own, so a GPU run logging every 10 steps (``trainer=gpu``, 2026-11-26)
+#: continues the sweeps of runs that logged every step. {dotted key: value in the hash}.
+HASHED_AS = {"trainer.log_every_n_steps": 1}
+
+
+def _holder(plain: dict, dotted: str) -> tuple[dict | None, str]:
+    """(the dict of ``plain`` that holds ``dotted``'s last key, or None where a parent is missing; that key)."""
+    *parents, leaf = dotted.split(".")
+    node = plain
+    for key in parents:
+        node = node.get(key) if isinstance(node, dict) else None
+    return (node if isinstance(node, dict) else None), leaf
+
+
+def hashed_as(plain: dict) -> dict:
+    """``plain`` (a config as nested dicts) with each :data:`HASHED_AS` setting it has set to its hashed value, in
+    place → ``plain``. Used by both hashes and by the report's grouping of seeds (:mod:`multipos.report.seeds`)."""
+    for dotted, value in HASHED_AS.items():
+        node, leaf = _holder(plain, dotted)
+        if node is not None and leaf in node:
+            node[leaf] = value
+    return plain
+
+
 def _drop_neutral(plain: dict) -> None:
     for dotted, neutral in NEUTRAL_SETTINGS.items():
-        *parents, leaf = dotted.split(".")
-        node = plain
-        for key in parents:
-            node = node.get(key) if isinstance(node, dict) else None
-        if isinstance(node, dict) and leaf in node and node[leaf] == neutral:
+        node, leaf = _holder(plain, dotted)
+        if node is not None and leaf in node and node[leaf] == neutral:
             del node[leaf]
 
 
@@ -102,6 +124,7 @@ def _digest(plain: dict) -> str:
         plain.pop(key, None)
     plain.get("trainer", {}).pop("enable_progress_bar", None)
     _drop_neutral(plain)
+    hashed_as(plain)
     if (plain.get("wise_ft") or {}).get("alpha", 1.0) == 1.0:  # no interpolation: the hash of runs from before it
         plain.pop("wise_ft", None)
     if not (plain.get("passages") or {}).get("frozen"):  # two-tower: the hash of runs from before query-side training
