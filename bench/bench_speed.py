@@ -11,14 +11,16 @@ Ratios (> 1 = multipos faster), with the targets of issue 9:
   keeps the checkpoint's attention dropout 0.1 on the sentence-transformers side;
 * ``lightning_vs_bare`` = bare step time / Lightning ``fit`` step time (≥ 0.9): the whole loop — data loading,
   collation (tokenisation), transfer, step, logging — against the bare step on batches already collated, timed
-  right before it; the median over ``--loop-rounds`` rounds (``lightning_rounds`` lists each round's seconds);
+  right before it; the median over ``--loop-rounds`` rounds (``lightning_rounds`` lists each round's seconds). Every
+  Lightning loop runs the trainer a user runs on the device (:func:`sides.lightning_loop`: ``trainer=gpu`` on CUDA,
+  logging and refreshing its progress bar every 10 steps since 2026-11-26; up to H5 the loops ran
+  ``conf/trainer/default.yaml``, logging every step, without a bar).
   ``lightning_collated_vs_bare``: the Lightning loop over the bare loop's own collated batches (its cost apart
   from data loading); ``lightning_unlogged_vs_bare``: the same without the module's two ``self.log`` calls a step
   (what Lightning's per-step logging costs); ``lightning_run_vs_bare_run``: both loops timed as they run untimed, the
   device synchronised only at the ends of the loop instead of after every step (``common.loop_time``,
-  ``sides.StepTimer(sync_each=False)``), the Lightning loop over the data module as ``trainer=gpu`` ships it on CUDA
-  (logging, and refreshing its progress bar, every 10 steps: each reads the loss back from the device): whether the
-  host queues the loop's next step while the device still runs the last one;
+  ``sides.StepTimer(sync_each=False)``; each log and bar refresh reads the loss back from the device, every 10 steps
+  with ``trainer=gpu``): whether the host queues the loop's next step while the device still runs the last one;
 * ``encode_vs_st`` = sentence-transformers ``encode`` time / multipos ``encode`` time (≥ 1.2), same passages,
   batch size and truncation; each side in its own default precision (multipos: bf16 where native; ST: fp32);
   ``encode_tokenize_s`` against ``encode_s_multipos``: the tokenizer alone over the same windows, against the whole
@@ -114,7 +116,7 @@ def step_ratios(data, device, bf16: bool, size: dict, res: dict, workers: list[i
         unlogged_r = statistics.median(lightning_loop(data, batches, device, steps, log_steps=False))
         loop_r = statistics.median(lightning_loop(data, dm, device, steps))
         bare_run_r = loop_time(bare_fn, cycled(batches, steps), device)
-        run_r = lightning_loop(data, dm, device, steps, sync_each=False, shipped=True)[0]
+        run_r = lightning_loop(data, dm, device, steps, sync_each=False)[0]
         per_round.append({"bare": round(bare_r, 4), "lightning_collated": round(collated_r, 4),
                           "lightning_unlogged": round(unlogged_r, 4), "lightning_loop": round(loop_r, 4),
                           "bare_run": round(bare_run_r, 4), "lightning_run": round(run_r, 4)})

@@ -205,10 +205,11 @@ def cycled(batches: list, steps: int) -> list:
     return (batches * (steps // len(batches) + 2))[: steps + 1]
 
 
-def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = True, sync_each: bool = True,
-                   shipped: bool = False) -> list[float]:
-    """``Trainer.fit`` (``conf/trainer/default.yaml``: precision where native, clipping 1.0, logging every step to a
-    CSV logger, no progress bar) of a RetrieverModule for ``steps`` + 1 steps → seconds of each step after the first.
+def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = True, sync_each: bool = True) -> list[float]:
+    """``Trainer.fit`` of a RetrieverModule for ``steps`` + 1 steps with the trainer a user runs on ``device``
+    (``trainer=gpu`` on CUDA: bf16, clipping 1.0, logging to a CSV logger and refreshing the progress bar
+    (:func:`multipos.fit.progress_bar`) every 10 steps; ``trainer=default`` elsewhere: every step) → seconds of each
+    step after the first.
 
     ``dm``: the data module (the whole loop: DataLoader workers, collation, transfer, the step, logging), or a list of
     already collated :class:`multipos.data.collate.Batch` objects, cycled as needed (the loop's own cost alone: hooks,
@@ -217,13 +218,10 @@ def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = Tr
     2-layer test model about half of the loop's 2.2 ms a step over the bare loop, 2026-11-26).
 
     ``sync_each=False`` → ``[mean seconds a step]`` (:attr:`StepTimer.run_step`: the device synchronised at the end of
-    the first and the last step only). ``shipped=True``: the trainer a user runs on this device instead, composed by
-    Hydra (``trainer=gpu`` on CUDA: logging every 10 steps; else ``trainer=default``), with its progress bar
-    (:func:`multipos.fit.progress_bar`, refreshing when the logger logs)."""
+    the first and the last step only)."""
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
     from lightning.pytorch.loggers import CSVLogger
-    from omegaconf import OmegaConf
 
     from multipos.config_resolvers import register_resolvers
     from multipos.fit import progress_bar
@@ -231,12 +229,9 @@ def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = Tr
     from multipos.module import RetrieverModule
 
     register_resolvers()  # conf/trainer/default.yaml reads ${auto_precision:}
-    if shipped:
-        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-            cfg = compose("train", [f"trainer={'gpu' if torch.device(device).type == 'cuda' else 'default'}"]).trainer
-        bar = progress_bar(cfg)
-    else:
-        cfg, bar = OmegaConf.load(REPO / "conf" / "trainer" / "default.yaml"), []
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("train", [f"trainer={'gpu' if torch.device(device).type == 'cuda' else 'default'}"]).trainer
+    bar = progress_bar(cfg)
     timer = StepTimer(device, sync_each, last_step=steps + 1)
     trainer = instantiate(cfg, max_steps=steps + 1, max_epochs=-1, enable_checkpointing=False,
                           enable_progress_bar=bool(bar), enable_model_summary=False, callbacks=[timer, *bar],
