@@ -12,10 +12,11 @@ Modules and subpackages, by concept:
 * query-side fine-tuning: ``passage_index`` (the frozen passage index, looked up by corpus row),
   ``corpus_candidates`` (every corpus passage a candidate: exact objectives in chunks), ``weight_interpolation``
   (WiSE-FT toward the starting weights);
-* the model and its training: ``model`` (dual encoder), ``module`` (LightningModule), ``distributed``
+* the model and its training: ``model`` (dual encoder), ``encoder_settings`` (pooling, normalisation, temperature,
+  prompts: saved with a checkpoint or given), ``module`` (LightningModule), ``distributed``
   (cross-device negatives under DDP), ``grad_cache`` (GradCache), ``transfer`` (host-to-device copies that do
   not make the host wait for a GPU), ``callbacks`` (retrieval validation, resume
-  checkpoints, RNG states), ``loggers`` (W&B that never blocks);
+  checkpoints, RNG states, the progress bar), ``loggers`` (W&B that never blocks);
 * ``retrieval/``: ``encoding`` (encoding and the embedding cache), ``dense`` (FAISS runs), ``bm25`` (lexical runs),
   ``topk`` (exact top-k merge), ``shards`` (sharded corpus encoding and search);
 * ``evaluation/``: ``sets`` (evaluation sets), ``metrics`` (ranx metrics), ``qa`` (answer matching and top-k answer accuracy),

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 from pathlib import Path
 
 import torch
@@ -13,20 +11,16 @@ from transformers import AutoModel, AutoTokenizer
 
 from multipos import atomic
 from multipos.assets import ENCODER_SETTINGS_FILE, cache_dir, check_checkpoint_dir, resolve_model
+from multipos.encoder_settings import resolve_settings
 from multipos.sequence_packing import encode_packed, packing_applies
 from multipos.lora import LoraSettings, add_adapters, has_adapters, merged_copy, save_adapter
-from multipos.st_format import POOLING_MODES, read_settings, write_side
+from multipos.st_format import POOLING_MODES, write_side
 from multipos.tokenization import check_tokenizer, ensure_eos
 
 log = logging.getLogger(__name__)
 
 POOLINGS = tuple(POOLING_MODES)  # cls, mean, lasttoken
 _CONFIG_FILE = ENCODER_SETTINGS_FILE
-#: Settings saved to ``multipos_encoder.json`` and their defaults when neither the checkpoint nor the caller sets them.
-_DEFAULTS = {"pooling": "cls", "normalize": False, "temperature": 1.0, "shared": True, "query_prompt": "",
-             "passage_prompt": ""}
-_CASTS = {"pooling": str, "normalize": bool, "temperature": float, "shared": bool, "query_prompt": str,
-          "passage_prompt": str}
 
 
 def pool(hidden: Tensor, attention_mask: Tensor, pooling: str) -> Tensor:
@@ -54,38 +48,6 @@ def _dtype_kwarg() -> str:
     from packaging.version import Version
 
     return "dtype" if Version(transformers.__version__).release >= (4, 56) else "torch_dtype"
-
-
-def _same(field: str, a, b) -> bool:
-    if field == "temperature":
-        return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=0.0)
-    return _CASTS[field](a) == _CASTS[field](b)
-
-
-def _resolve_settings(path: str, given: dict, prefer_saved: bool) -> dict:
-    """pooling/normalize/temperature/shared/prompts from the caller (``given``, None = unset), the checkpoint's
-    ``multipos_encoder.json`` and its sentence-transformers files; see :class:`DualEncoder`."""
-    saved_file = Path(path, _CONFIG_FILE)
-    saved = json.loads(saved_file.read_text()) if saved_file.is_file() else {}
-    untied = Path(path, "query_encoder")
-    st = read_settings(untied if untied.is_dir() else path)
-    out = {}
-    for field, default in _DEFAULTS.items():
-        value, stored = given[field], saved.get(field)
-        if stored is None:
-            chosen = value if value is not None else st.get(field, default)
-        elif value is None or _same(field, value, stored):
-            chosen = stored
-        elif prefer_saved:
-            log.warning("model.%s=%s (config) differs from %s saved in %s: using the saved value; set "
-                        "model.prefer_saved=false to force the config", field, value, stored, saved_file)
-            chosen = stored
-        else:
-            log.warning("model.%s=%s (config) differs from %s saved in %s: using the config value "
-                        "(model.prefer_saved=false)", field, value, stored, saved_file)
-            chosen = value
-        out[field] = _CASTS[field](chosen)
-    return out
 
 
 #: The tokenizer outputs the encoders read from a batch (:meth:`DualEncoder.encode_queries`): a training batch
@@ -178,7 +140,7 @@ class DualEncoder(nn.Module):
             check_checkpoint_dir(path)
         given = {"pooling": pooling, "normalize": normalize, "temperature": temperature, "shared": shared,
                  "query_prompt": query_prompt, "passage_prompt": passage_prompt}
-        settings = _resolve_settings(path, given, prefer_saved)
+        settings = resolve_settings(path, given, prefer_saved)
         self.pooling = settings["pooling"]
         self.normalize = settings["normalize"]
         self.temperature = settings["temperature"]
