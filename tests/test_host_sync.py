@@ -141,11 +141,18 @@ class _StepTag(lightning.Callback):
                           len(self.rec.reads)))
 
 
-@pytest.mark.parametrize("log_every", [1, 1000])
-def test_between_logging_steps_the_loop_reads_nothing_back(tiny_beir, tiny_bert, tmp_path, monkeypatch, log_every):
+@pytest.mark.parametrize("log_every,extra", [
+    (1, ()),
+    (1000, ()),
+    (1000, ("loss=jointlh", "module.grad_cache_chunk_size=1")),
+    (1000, ("passages=frozen_index", "passages.candidates=corpus", "passages.chunk_size=7", "loss=lsepair")),
+], ids=["every_step", "two_tower", "two_tower_grad_cache", "query_side_corpus"])
+def test_between_logging_steps_the_loop_reads_nothing_back(tiny_beir, tiny_bert, tmp_path, monkeypatch, log_every,
+                                                           extra):
     """The whole Lightning loop, progress bar included (:func:`multipos.fit.progress_bar`), reads the loss back from
     the device only when it logs (``trainer.log_every_n_steps``; ``trainer=gpu`` logs every 10 steps) and at an
-    epoch's end. Logging every step reads at every step (what a GPU run did before 2026-11-26); logging every 1000
+    epoch's end: in the two-tower loop, with GradCache (Lightning's manual optimisation) and in query-side training
+    over every corpus passage. Logging every step reads at every step (what a GPU run did before 2026-11-26); logging every 1000
     steps reads at no step but an epoch's last (its dev retrieval, the bar's epoch summary, the next epoch's sampler).
     Reads from PyTorch's optimizer (the CPU's single-tensor AdamW reads its step count; on CUDA the step counts stay
     on the CPU) and from transformers (the attention mask check at each forward's start, the bare loop's as well) are
@@ -163,7 +170,7 @@ def test_between_logging_steps_the_loop_reads_nothing_back(tiny_beir, tiny_bert,
     monkeypatch.setattr(lightning.Trainer, "fit", fit)
     train(compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path / "run"), "trainer.max_epochs=2",
                                 "data.batch_size=1", "pack_sequences=0", "trainer.enable_progress_bar=true",
-                                f"trainer.log_every_n_steps={log_every}"]))
+                                f"trainer.log_every_n_steps={log_every}", *extra]))
     ends = [n for *_, n in tag.tags[1:]] + [len(rec.reads)]
     steps = [(tag, rec.reads[start:end]) for (*tag, start), end in zip(tag.tags, ends)]
     assert len(steps) >= 8 and sum(not last for (_, _, last), _ in steps) >= 6
