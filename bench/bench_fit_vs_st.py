@@ -1,12 +1,14 @@
 """Whole training loop against sentence-transformers' whole ``train``: same model, data, batch, group and steps.
 
 * ``multipos``: ``lightning.Trainer.fit`` as ``conf/trainer/default.yaml`` builds it (precision where native,
-  clipping 1.0, logging every step) of a :class:`multipos.module.RetrieverModule` (SingleLH = InfoNCE over the
+  clipping 1.0, logging every step on a CPU, every 10 on a GPU: :func:`multipos.hardware.auto_log_interval`) of a
+  :class:`multipos.module.RetrieverModule` (SingleLH = InfoNCE over the
   in-batch groups) on :class:`multipos.data.datamodule.MultiPosDataModule` (tokenisation in DataLoader workers on
   a GPU: :func:`multipos.hardware.auto_workers`);
 * ``sentence_transformers``: ``SentenceTransformerTrainer`` with ``MultipleNegativesRankingLoss`` (scale 20 = 1/τ)
   on a ``datasets.Dataset`` of (anchor, positive, negative_1 … negative_{G−1}) columns holding the same texts,
-  bf16 where native, the same number of DataLoader workers, no checkpoints, no evaluation, no reporting.
+  bf16 where native, the same number of DataLoader workers and logging interval, no checkpoints, no evaluation, no
+  reporting.
 
 Both: all-MiniLM-L6-v2 (assets) or the tiny random BERT, B queries × G passages, 32/128-token queries/passages,
 AdamW lr 2e-5, ``--steps`` optimizer steps. Timed: the wall time of ``fit`` / ``train`` (start-up of the loop, data
@@ -95,7 +97,7 @@ def st_train(data, device, batch: int, group: int, steps: int, bf16: bool, phase
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
     from sides import TAU, MemorySource
 
-    from multipos.hardware import auto_workers
+    from multipos.hardware import auto_log_interval, auto_workers
 
     corpus, queries = MemorySource(data).load()
     rows = {"anchor": [], "positive": [], **{f"negative_{j}": [] for j in range(1, group)}}
@@ -111,7 +113,8 @@ def st_train(data, device, batch: int, group: int, steps: int, bf16: bool, phase
     args = SentenceTransformerTrainingArguments(
         output_dir=tempfile.mkdtemp(prefix="multipos-bench-st-"), per_device_train_batch_size=batch, max_steps=steps,
         learning_rate=2e-5, warmup_ratio=0.0, lr_scheduler_type="constant", max_grad_norm=1.0, bf16=bf16, use_cpu=device.type == "cpu",
-        dataloader_num_workers=auto_workers(), save_strategy="no", eval_strategy="no", report_to=[], logging_steps=1,
+        dataloader_num_workers=auto_workers(), save_strategy="no", eval_strategy="no", report_to=[],
+        logging_steps=auto_log_interval(),
         disable_tqdm=True, seed=0)
     from transformers import TrainerCallback
 

@@ -193,17 +193,24 @@ def test_a_gpu_variant_sweeps_into_its_own_folder_with_the_cpu_run_names():
     assert config_hash(plain[0]) != config_hash(plain[1])
 
 
-def test_the_gpu_trainer_logs_every_10_steps_and_keeps_the_runs_it_continues():
-    """``trainer=gpu`` logs (and reads the loss back from the GPU) every 10 steps; the GPU sweeps brought back before
-    that logged every step, and their runs keep their config hash and equivalence key (:data:`multipos.runs.keys.HASHED_AS`),
-    so a later GPU run continues them. Another setting in the trainer still changes the hash."""
+def test_a_gpu_run_logs_every_10_steps_and_keeps_the_runs_it_continues(monkeypatch):
+    """``trainer.log_every_n_steps: ${auto_log_interval:}``: every step on a CPU, every 10 where a CUDA GPU is (each
+    log reads the loss back from the GPU). The GPU sweeps brought back before 2026-11-26 logged every step, and their
+    runs keep their config hash and equivalence key (:data:`multipos.runs.keys.HASHED_AS`), so a later GPU run
+    continues them. Another setting in the trainer still changes the hash."""
+    import torch
+
     from multipos.runs.keys import config_hash, equivalence_key
 
     cell = ["experiment=table2_homogeneous", "trainer=gpu", "++size.suffix=-gpu", "loss=jointlh", "seed=43",
             "paths.output_dir=o"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert compose_cfg("train", cell).trainer.log_every_n_steps == 1
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
     now = compose_cfg("train", cell)
     before = compose_cfg("train", [*cell, "trainer.log_every_n_steps=1"])
-    assert now.trainer.log_every_n_steps == 10 and compose_cfg("train", cell[:1]).trainer.log_every_n_steps == 1
+    assert now.trainer.log_every_n_steps == 10 and compose_cfg("train", ["trainer=ddp"]).trainer.log_every_n_steps == 10
     assert config_hash(now) == config_hash(before)
     assert equivalence_key(now, [None]) == equivalence_key(before, [None])
     assert now.trainer.log_every_n_steps == 10  # hashing leaves the config as it is

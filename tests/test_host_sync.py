@@ -150,7 +150,7 @@ class _StepTag(lightning.Callback):
 def test_between_logging_steps_the_loop_reads_nothing_back(tiny_beir, tiny_bert, tmp_path, monkeypatch, log_every,
                                                            extra):
     """The whole Lightning loop, progress bar included (:func:`multipos.fit.progress_bar`), reads the loss back from
-    the device only when it logs (``trainer.log_every_n_steps``; ``trainer=gpu`` logs every 10 steps) and at an
+    the device only when it logs (``trainer.log_every_n_steps``; every 10 steps where a CUDA GPU is) and at an
     epoch's end: in the two-tower loop, with GradCache (Lightning's manual optimisation) and in query-side training
     over every corpus passage. Logging every step reads at every step (what a GPU run did before 2026-11-26); logging every 1000
     steps reads at no step but an epoch's last (its dev retrieval, the bar's epoch summary, the next epoch's sampler).

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from multipos.hardware import auto_precision, auto_workers, cores_per_job, native_bf16
+from multipos.hardware import auto_log_interval, auto_precision, auto_workers, cores_per_job, native_bf16
 
 __all__ = ["register_resolvers", "register_eval_sets", "sweep_dir", "optuna_storage"]
 
@@ -52,6 +52,7 @@ def register_resolvers() -> None:
     OmegaConf.register_new_resolver("auto_precision", auto_precision, replace=True)
     OmegaConf.register_new_resolver("auto_bf16", native_bf16, replace=True)
     OmegaConf.register_new_resolver("auto_workers", auto_workers, replace=True)
+    OmegaConf.register_new_resolver("auto_log_interval", auto_log_interval, replace=True)
     OmegaConf.register_new_resolver("cores_per_job", cores_per_job, replace=True)
     OmegaConf.register_new_resolver("sweep_dir", sweep_dir, replace=True)
     OmegaConf.register_new_resolver("optuna_storage", optuna_storage, replace=True)

@@ -1,8 +1,9 @@
-"""What the machine can do, as the config's ``${auto_…:}`` settings read it: native bf16, DataLoader workers."""
+"""What the machine can do, as the config's ``${auto_…:}`` settings read it: native bf16, DataLoader workers, how
+often training logs."""
 
 from pathlib import Path
 
-__all__ = ["auto_precision", "native_bf16", "auto_workers"]
+__all__ = ["auto_precision", "native_bf16", "auto_workers", "auto_log_interval"]
 
 
 def auto_precision() -> str:
@@ -34,6 +35,16 @@ def auto_workers() -> int:
     import torch
 
     return min(4, max(1, (os.cpu_count() or 2) - 1)) if torch.cuda.is_available() else 0
+
+
+def auto_log_interval() -> int:
+    """Training steps between two logs of the loss (``trainer.log_every_n_steps``): 10 where a CUDA GPU is present, else
+    1. Each log, and each refresh of the progress bar (:func:`multipos.fit.progress_bar`), reads the loss back from the
+    training device; on a GPU that makes the host wait until the step has finished, so between logs the host prepares
+    the next step while the GPU still runs the last one. On a CPU a read costs nothing and every step is logged."""
+    import torch
+
+    return 10 if torch.cuda.is_available() else 1
 
 
 def cores_per_job(jobs: int) -> int:

@@ -126,7 +126,7 @@ def test_grouping_rules(tmp_path, seeded):
 
 def test_seeds_logged_at_other_intervals_form_one_row(tmp_path):
     """``trainer.log_every_n_steps`` changes no result (:data:`multipos.runs.keys.HASHED_AS`): a GPU sweep's seeds
-    logged every step (before 2026-11-26) and every 10 steps (``trainer=gpu`` since) are one row."""
+    logged every step (before 2026-11-26) and every 10 steps (on a GPU since) are one row."""
     pq = {SET: {"ndcg@10": qmap([0.1, 0.2, 0.3])}}
     a = load_run(make_run(tmp_path, "a", "jointlh", pq, seed=1))
     b = load_run(make_run(tmp_path, "b", "jointlh", pq, seed=2))

@@ -87,8 +87,9 @@ NEUTRAL_SETTINGS = {
 
 
 #: Settings in the hash that do not change what a run computes, with the value every run hashed before this rule had:
-#: a run is hashed at that value whatever its own, so a GPU run logging every 10 steps (``trainer=gpu``, 2026-11-26)
-#: continues the sweeps of runs that logged every step. {dotted key: value in the hash}.
+#: a run is hashed at that value whatever its own, so a GPU run logging every 10 steps (since 2026-11-26,
+#: :func:`multipos.hardware.auto_log_interval`) continues the sweeps of runs that logged every step.
+#: {dotted key: value in the hash}.
 HASHED_AS = {"trainer.log_every_n_steps": 1}
 
 
