@@ -205,7 +205,8 @@ def cycled(batches: list, steps: int) -> list:
     return (batches * (steps // len(batches) + 2))[: steps + 1]
 
 
-def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = True, sync_each: bool = True) -> list[float]:
+def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = True,
+                   sync_each: bool = True) -> list[float]:
     """``Trainer.fit`` of a RetrieverModule for ``steps`` + 1 steps with the trainer a user runs on ``device``
     (``trainer=gpu`` on CUDA: bf16, clipping 1.0, logging to a CSV logger and refreshing the progress bar
     (:func:`multipos.fit.progress_bar`) every 10 steps; ``trainer=default`` elsewhere: every step) → seconds of each

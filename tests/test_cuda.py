@@ -216,18 +216,16 @@ def test_between_logging_steps_the_whole_loop_makes_the_host_wait_nowhere(tiny_b
 
     import multipos
 
+    from tests.test_host_sync import StepTag
+
     roots = tuple(str(Path(m.__file__).resolve().parent) for m in (multipos, lightning, lightning_utilities))
     caught: list[tuple[str, str, int]] = []  # (message, file, line) of each warning
-    tags: list[tuple[int, bool, int]] = []  # (batch index, last of its epoch, warnings so far) at each batch start
-
-    class Tag(lightning.Callback):
-        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            tags.append((batch_idx, batch_idx + 1 == trainer.num_training_batches, len(caught)))
+    tag = StepTag(caught)
 
     real_fit = lightning.Trainer.fit
 
     def fit(self, *args, **kwargs):  # each warning recorded as it is raised, so the step tags count them
-        self.callbacks.insert(0, Tag())
+        self.callbacks.insert(0, tag)
         real_showwarning = warnings.showwarning
         with warnings.catch_warnings():
             warnings.simplefilter("always")
@@ -245,9 +243,8 @@ def test_between_logging_steps_the_whole_loop_makes_the_host_wait_nowhere(tiny_b
     overrides = [o for o in tiny_overrides(tiny_beir, tiny_bert, tmp_path / "run") if not o.startswith("trainer")]
     train(compose_cfg("train", [*overrides, "trainer=gpu", "trainer.max_epochs=2", "trainer.enable_progress_bar=true",
                                 "trainer.log_every_n_steps=1000", "data.batch_size=1", "eval.bf16=true"]))
-    ends = [n for *_, n in tags[1:]] + [len(caught)]
-    waits = [(batch_idx, [f"{Path(f).name}:{line}" for message, f, line in caught[start:end]
+    waits = [(batch_idx, [f"{Path(f).name}:{line}" for message, f, line in warned
                           if "synchroniz" in message and str(Path(f).resolve()).startswith(roots)])
-             for (batch_idx, last, start), end in zip(tags, ends) if not last]
-    assert len(tags) >= 8 and len(waits) >= 6
+             for (_, batch_idx, last), warned in tag.steps() if not last]
+    assert len(tag.tags) >= 8 and len(waits) >= 6
     assert [(i, w) for i, w in waits[1:] if w] == []

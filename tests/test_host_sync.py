@@ -129,16 +129,22 @@ def test_no_training_step_after_the_first_reads_a_value_back(tiny_beir, tiny_ber
     assert [reads for reads in steps[1:] if reads] == []
 
 
-class _StepTag(lightning.Callback):
-    """Tags each training step for :class:`HostReads`: ``tags`` gets ``(epoch, batch_idx, last batch of the epoch)``
-    at each batch start; reads made until the next batch starts belong to that step."""
+class StepTag(lightning.Callback):
+    """Splits what a whole ``fit`` records (``records``: a list that grows as it runs) by training step: each batch
+    start notes ``(epoch, batch_idx, last batch of the epoch)`` and how many records there are; what is recorded until
+    the next batch starts belongs to that step. Also used by ``tests/test_cuda.py``."""
 
-    def __init__(self, rec: HostReads):
-        self.rec, self.tags = rec, []
+    def __init__(self, records: list):
+        self.records, self.tags = records, []
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         self.tags.append((trainer.current_epoch, batch_idx, batch_idx + 1 == trainer.num_training_batches,
-                          len(self.rec.reads)))
+                          len(self.records)))
+
+    def steps(self) -> list[tuple[tuple[int, int, bool], list]]:
+        """[((epoch, batch_idx, last of its epoch), the records of that step)] in step order."""
+        ends = [n for *_, n in self.tags[1:]] + [len(self.records)]
+        return [(tuple(tag), self.records[start:end]) for (*tag, start), end in zip(self.tags, ends)]
 
 
 @pytest.mark.parametrize("log_every,extra", [
@@ -152,14 +158,14 @@ def test_between_logging_steps_the_loop_reads_nothing_back(tiny_beir, tiny_bert,
     """The whole Lightning loop, progress bar included (:func:`multipos.fit.progress_bar`), reads the loss back from
     the device only when it logs (``trainer.log_every_n_steps``; every 10 steps where a CUDA GPU is) and at an
     epoch's end: in the two-tower loop, with GradCache (Lightning's manual optimisation) and in query-side training
-    over every corpus passage. Logging every step reads at every step (what a GPU run did before 2026-11-26); logging every 1000
-    steps reads at no step but an epoch's last (its dev retrieval, the bar's epoch summary, the next epoch's sampler).
+    over every corpus passage. Logging every step reads at every step (what a GPU run did before 2026-11-26);
+    logging every 1000 steps reads at no step but an epoch's last (its dev retrieval, the bar's epoch summary, the next epoch's sampler).
     Reads from PyTorch's optimizer (the CPU's single-tensor AdamW reads its step count; on CUDA the step counts stay
     on the CPU) and from transformers (the attention mask check at each forward's start, the bare loop's as well) are
     not counted."""
     monkeypatch.setenv("MULTIPOS_CACHE", str(tmp_path / "cache"))
     rec = HostReads(LOOP)
-    tag = _StepTag(rec)
+    tag = StepTag(rec.reads)
     real_fit = lightning.Trainer.fit
 
     def fit(self, *args, **kwargs):
@@ -171,8 +177,7 @@ def test_between_logging_steps_the_loop_reads_nothing_back(tiny_beir, tiny_bert,
     train(compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path / "run"), "trainer.max_epochs=2",
                                 "data.batch_size=1", "pack_sequences=0", "trainer.enable_progress_bar=true",
                                 f"trainer.log_every_n_steps={log_every}", *extra]))
-    ends = [n for *_, n in tag.tags[1:]] + [len(rec.reads)]
-    steps = [(tag, rec.reads[start:end]) for (*tag, start), end in zip(tag.tags, ends)]
+    steps = tag.steps()
     assert len(steps) >= 8 and sum(not last for (_, _, last), _ in steps) >= 6
     if log_every == 1:
         assert all(any(call == "item" for call, _ in reads) for _, reads in steps)
