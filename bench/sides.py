@@ -194,7 +194,8 @@ class StepTimer(L.Callback):
 
 class _UnloggedModule:
     """Mixed into :class:`multipos.module.RetrieverModule` by :func:`lightning_loop` with ``log_steps=False``: its
-    ``self.log`` calls (``train/lr`` and ``train/loss``, two a step) do nothing."""
+    ``self.log`` calls (``train/lr`` and ``train/loss``, two on each step whose values a logger writes or the bar
+    shows) do nothing."""
 
     def log(self, *args, **kwargs) -> None:
         pass
@@ -215,8 +216,9 @@ def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = Tr
     ``dm``: the data module (the whole loop: DataLoader workers, collation, transfer, the step, logging), or a list of
     already collated :class:`multipos.data.collate.Batch` objects, cycled as needed (the loop's own cost alone: hooks,
     the precision plugin, logging and transfer, on the batches a bare loop times). ``log_steps=False``: the module's
-    two ``self.log`` calls a step do nothing (what Lightning's per-step logging costs; on the 2-core EPYC with a
-    2-layer test model about half of the loop's 2.2 ms a step over the bare loop, 2026-11-26).
+    ``self.log`` calls do nothing (what Lightning's logging costs; on the 2-core EPYC with a 2-layer test model about
+    half of the loop's 2.2 ms a step over the bare loop while the module logged at every step, 2026-11-26; since
+    2026-11-27 it logs only on the steps a logger writes, every 10th on CUDA).
 
     ``sync_each=False`` → ``[mean seconds a step]`` (:attr:`StepTimer.run_step`: the device synchronised at the end of
     the first and the last step only)."""
