@@ -150,4 +150,5 @@ class AtomicCheckpointIO(_checkpoint_io_base()):
             torch.save(checkpoint, f)
 
     def load_checkpoint(self, path, map_location=None, weights_only=None):
+        """:func:`load_checkpoint` (always ``weights_only=True``, whatever Lightning asks)."""
         return load_checkpoint(path, map_location)

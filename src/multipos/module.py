@@ -312,6 +312,12 @@ class RetrieverModule(L.LightningModule):
         return groups
 
     def configure_optimizers(self):
+        """The stage's optimizer over :meth:`parameter_groups` and, with a scheduler, its per-step schedule.
+
+        A continued stage (``optimizer_state`` from the stage before) keeps that optimizer's moments but starts at
+        this stage's own peak lr. The schedule runs over ``schedule_total`` steps (else Lightning's estimate), warms
+        up over ``warmup_ratio`` of them and is fast-forwarded by ``schedule_offset`` steps when it continues.
+        Returns the optimizer alone, or Lightning's ``{"optimizer", "lr_scheduler"}`` dict (interval "step")."""
         opt = self.optimizer_factory(self.parameter_groups())
         if self.optimizer_state is not None:
             lrs = [g["lr"] for g in opt.param_groups]

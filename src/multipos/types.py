@@ -60,6 +60,8 @@ class Corpus:
         return list(self.passages)
 
     def texts(self, ids: Iterable[str] | None = None) -> list[str]:
+        """Passage texts (title and text, :meth:`Passage.full_text`) of ``ids`` (default: every passage, in corpus
+        order). Raises ``KeyError`` for an id not in the corpus."""
         return [self.passages[i].full_text() for i in (self.ids if ids is None else ids)]
 
 

@@ -133,6 +133,8 @@ class MultiPosDataModule(L.LightningDataModule):
 
     @property
     def tokenizer(self):
+        """The Hugging Face tokenizer named by the ``tokenizer`` argument, loaded on first use (a DataLoader worker
+        that receives this module pickled loads its own)."""
         if self._tokenizer is None:
             from transformers import AutoTokenizer
 

@@ -35,6 +35,7 @@ class EpochSampler(Sampler):
         self.num_replicas, self.rank = num_replicas, rank
 
     def set_epoch(self, epoch: int) -> None:
+        """Order the next iteration as epoch ``epoch`` (Lightning calls it at each epoch's start)."""
         self.epoch = int(epoch)
 
     def __len__(self) -> int:
@@ -68,9 +69,11 @@ class ResumableLoader(DataLoader):
         self._progress = progress
 
     def state_dict(self) -> dict:
+        """``{"epoch", "batches"}``: the sampler's epoch and the batches of it already trained on."""
         return {"epoch": self.sampler.epoch, "batches": int(self._progress()) if self._progress else 0}
 
     def load_state_dict(self, state: dict) -> None:
+        """Skip ``state["batches"]`` batches of epoch ``state["epoch"]`` at the next iteration of that epoch."""
         self.sampler.skip = int(state.get("batches", 0)) * int(self.batch_size)
         self.sampler.skip_epoch = int(state["epoch"]) if "epoch" in state else None
 

@@ -85,6 +85,8 @@ def write_recipes(sweep: str | Path, top: int, out_dir: str | Path, conf_dir: st
 
 
 def main(argv: list[str] | None = None) -> None:
+    """``python -m multipos.report.recipes <sweep> [--top N] [--metric set/metric] [--conf DIR] [--out DIR]``: write
+    the best ``--top`` recipes of a recipe search (:func:`write_recipes`) and print their paths."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("sweep", help="the recipe search's sweep folder, e.g. multirun/nfcorpus_recipe_search-cpu")
     ap.add_argument("--top", type=int, default=3)

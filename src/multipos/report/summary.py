@@ -77,6 +77,8 @@ def format_summary(rows: Sequence[dict], metric: str = "ndcg@10") -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> str:
+    """``python -m multipos.report.summary <sweep_dir> [--metric M]``: print :func:`format_summary` of a finished
+    multi-seed sweep (one line per test set) and return it."""
     ap = argparse.ArgumentParser(prog="python -m multipos.report.summary", description=__doc__.split("\n")[0])
     ap.add_argument("sweep_dir")
     ap.add_argument("--metric", default="ndcg@10")
