@@ -127,33 +127,36 @@ def test_paper_scale_msmarco_config_on_tevatron_fixture(tiny_beir, tiny_bert, tm
     assert (out / "metrics.json").is_file()
 
 
-def _own_data_command() -> list[str]:
-    """The overrides of the own-data command in docs/training.md (the bash block after its marker comment)."""
+def _documented_command(marker: str) -> list[str]:
+    """The overrides of a command in docs/training.md: the bash block after ``<!-- <marker> command:``."""
     import shlex
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text()
-    block = text.split("<!-- own-data command:", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    block = text.split(f"<!-- {marker} command:", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
     words = shlex.split(block.replace("\\\n", " "))
     assert words[:2] == ["python", "train.py"], words
     return words[2:]
 
 
-@pytest.mark.parametrize("extra", [(), ("fine_tuning=query_side",), ("data=msmarco_hetero",)],
-                         ids=["two_tower", "query_side", "heterogeneous"])
-def test_the_own_data_command_of_the_docs_runs(tiny_beir, tiny_bert, tmp_path, monkeypatch, extra):
-    """docs/training.md's "Training on your own data" command, its paths pointed at a Tevatron JSONL fixture and the
-    tiny BEIR folder, on the tiny model for one epoch: it trains and evaluates on the BEIR folder."""
+@pytest.mark.parametrize("marker,extra", [("own-data", ()), ("own-data", ("fine_tuning=query_side",)),
+                                          ("own-data", ("data=msmarco_hetero",)), ("own-beir", ())],
+                         ids=["two_tower", "query_side", "heterogeneous", "beir_folder"])
+def test_the_own_data_command_of_the_docs_runs(tiny_beir, tiny_bert, tmp_path, monkeypatch, marker, extra):
+    """docs/training.md's "Training on your own data" commands, their paths pointed at a Tevatron JSONL fixture and
+    the tiny BEIR folder (graded train qrels), on the tiny model for one epoch: each trains and evaluates on the BEIR
+    folder."""
     monkeypatch.setenv("MULTIPOS_CACHE", str(tmp_path / "cache"))
     fixture = Path(__file__).parent / "fixtures" / "tevatron_train.jsonl"
     command = [o.replace("/data/train.jsonl", str(fixture)).replace("/data/my_beir_folder", str(tiny_beir))
-               for o in _own_data_command()]
+               for o in _documented_command(marker)]
     assert any(o.startswith("data.source.path=") for o in command) and "eval=beir" in command
     out = tmp_path / "run"
     cfg = compose_cfg("train", [*command, *extra, f"paths.output_dir={out}", f"model.name_or_path={tiny_bert}",
                                 *trainer_overrides(), "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
                                 "data.batch_size=2", "eval.bf16=false", "eval.k=20", "eval.references=false"])
     assert cfg.passages.frozen == ("fine_tuning=query_side" in extra)
-    assert cfg.data.regime == ("heterogeneous" if "data=msmarco_hetero" in extra else "homogeneous")
+    assert cfg.data.regime == ("heterogeneous" if "data=msmarco_hetero" in extra or marker == "own-beir"
+                               else "homogeneous")
     train(cfg)
     metrics = json.loads((out / "metrics.json").read_text())
     assert list(metrics) == [tiny_beir.name] and 0 <= metrics[tiny_beir.name]["ndcg@10"] <= 1  # one folder, no average
