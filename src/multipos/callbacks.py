@@ -98,7 +98,10 @@ class LoggedProgressBar(TQDMProgressBar):
     conversion makes the host wait until the device has finished the step, so the host stops preparing the next
     step while the device runs this one. The module logs ``train/loss`` without ``prog_bar`` and this bar reads it
     back only when it refreshes (:func:`multipos.fit.progress_bar`: every ``trainer.log_every_n_steps`` steps, when
-    the logger reads it anyway).
+    the logger reads it anyway). The module logs only on the steps the loggers write and on an epoch's last
+    (:meth:`multipos.module.RetrieverModule._logs_this_step`), so the bar shows the latest such step's loss: this
+    step's, unless an epoch whose length is not a multiple of the interval has shifted the bar's refreshes (counted
+    within the epoch) against the logging steps (counted over the run), by fewer than ``refresh_rate`` steps.
 
     Args: refresh_rate: steps between refreshes (≥ 1); shown: logged metric names to show, those not logged yet are
     left out.
