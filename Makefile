@@ -83,6 +83,7 @@ bench: install
 	$(BIN)/python bench/bench_speed.py $(ARGS)
 	$(BIN)/python bench/bench_search.py
 	$(BIN)/python bench/bench_query_side.py
+	$(BIN)/python bench/bench_loop_logging.py
 	$(BIN)/python bench/bench_parallel_runs.py
 	$(BIN)/python bench/bench_parallel_runs.py --step main --side-by-side 2,3 --bf16
 

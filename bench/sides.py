@@ -207,7 +207,7 @@ def cycled(batches: list, steps: int) -> list:
 
 
 def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = True,
-                   sync_each: bool = True) -> list[float]:
+                   sync_each: bool = True, overrides: tuple[str, ...] = ()) -> list[float]:
     """``Trainer.fit`` of a RetrieverModule for ``steps`` + 1 steps with the trainer a user runs on ``device``
     (``trainer=gpu`` on CUDA: bf16, clipping 1.0, logging to a CSV logger and refreshing the progress bar
     (:func:`multipos.fit.progress_bar`) every 10 steps; ``trainer=default`` elsewhere: every step) → seconds of each
@@ -221,7 +221,8 @@ def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = Tr
     2026-11-27 it logs only on the steps a logger writes, every 10th on CUDA).
 
     ``sync_each=False`` → ``[mean seconds a step]`` (:attr:`StepTimer.run_step`: the device synchronised at the end of
-    the first and the last step only)."""
+    the first and the last step only). ``overrides``: Hydra overrides of the trainer config, e.g.
+    ``("trainer.log_every_n_steps=10",)`` for a GPU's logging interval on a CPU."""
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
     from lightning.pytorch.loggers import CSVLogger
@@ -233,7 +234,8 @@ def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = Tr
 
     register_resolvers()  # conf/trainer/default.yaml reads ${auto_precision:}
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("train", [f"trainer={'gpu' if torch.device(device).type == 'cuda' else 'default'}"]).trainer
+        cfg = compose("train", [f"trainer={'gpu' if torch.device(device).type == 'cuda' else 'default'}",
+                                *overrides]).trainer
     bar = progress_bar(cfg)
     timer = StepTimer(device, sync_each, last_step=steps + 1)
     trainer = instantiate(cfg, max_steps=steps + 1, max_epochs=-1, enable_checkpointing=False,
