@@ -1,13 +1,13 @@
 """The Lightning loop's host cost over a bare PyTorch loop, with the module calling ``self.log`` at every step
 against only on the steps a logger writes (:meth:`multipos.module.RetrieverModule._logs_this_step`, since
-2026-11-27).
+2026-11-26).
 
 A GPU step hides none of the host's per-step work when the loop is timed step by step, so what Lightning adds to each
 step (hooks, the precision plugin, ``self.log``) is measured here on the CPU with a model small enough for that work
 to show: a 2-layer 64-dim random BERT at B=4 × G=2 (:func:`common._tiny`), one thread, bf16 autocast where native (as
 the trainer), over the same collated batches (:func:`sides.lightning_loop` with a list of batches; the bare loop:
 :func:`sides.bare_step`). The trainer logs every ``--log-every`` steps (10, a GPU's interval). Each round times the
-bare loop, the Lightning loop logging every step (the module before 2026-11-27) and the Lightning loop as shipped, one
+bare loop, the Lightning loop logging every step (the module before 2026-11-26) and the Lightning loop as shipped, one
 after the other, so drift in machine load falls on all three; the results are medians over rounds of the median step.
 ``logged_steps_only_vs_every_step`` > 1: the change made the loop faster. Appends to ``bench/results/speed.jsonl``.
 

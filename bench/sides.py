@@ -218,7 +218,7 @@ def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = Tr
     the precision plugin, logging and transfer, on the batches a bare loop times). ``log_steps=False``: the module's
     ``self.log`` calls do nothing (what Lightning's logging costs; on the 2-core EPYC with a 2-layer test model about
     half of the loop's 2.2 ms a step over the bare loop while the module logged at every step, 2026-11-26; since
-    2026-11-27 it logs only on the steps a logger writes, every 10th on CUDA).
+    2026-11-26 it logs only on the steps a logger writes, every 10th on CUDA).
 
     ``sync_each=False`` → ``[mean seconds a step]`` (:attr:`StepTimer.run_step`: the device synchronised at the end of
     the first and the last step only). ``overrides``: Hydra overrides of the trainer config, e.g.
