@@ -251,6 +251,30 @@ def test_tevatron_row_missing_positive_passages(tmp_path, value, needle):
         parse_tevatron(rows[1], "ds[train] row 4")
 
 
+def test_a_missing_local_path_is_named_and_never_looked_up_or_downloaded(tmp_path, monkeypatch):
+    """A filesystem path (absolute, ./, ../, ~) that does not exist is an error naming the setting, not a hub lookup
+    (Tevatron data) or a BEIR download with the path as the dataset name (BEIR folders)."""
+    import multipos.assets as assets
+    from multipos.assets import AssetNotFoundError, is_local_path, resolve_dataset
+    from multipos.data.sources import TevatronSource
+
+    assert is_local_path("/data/x") and is_local_path("./x") and is_local_path("~/x")
+    assert not is_local_path("nfcorpus") and not is_local_path("cqadupstack/android")
+
+    def no_download(*args, **kwargs):
+        raise AssertionError("a filesystem path was downloaded")
+
+    monkeypatch.setattr(assets, "_download_beir", no_download)
+    missing = tmp_path / "nowhere" / "train.jsonl"
+    with pytest.raises(FileNotFoundError, match=r"data\.source\.path: .*nowhere/train\.jsonl does not exist"):
+        TevatronSource(str(missing)).load()
+    with pytest.raises(AssetNotFoundError, match=r"nowhere: does not exist .*BEIR folder"):
+        resolve_dataset(str(tmp_path / "nowhere"))
+    (tmp_path / "corpus.jsonl").write_text("{}\n")
+    with pytest.raises(AssetNotFoundError, match="is a file, not a BEIR folder"):
+        resolve_dataset(str(tmp_path / "corpus.jsonl"))
+
+
 # ---------------------------------------------------------------------------------------------------------
 # checkpoints and tokenizers
 # ---------------------------------------------------------------------------------------------------------

@@ -49,6 +49,12 @@ def cache_dir() -> Path:
     return path
 
 
+def is_local_path(name_or_path: str) -> bool:
+    """True for a filesystem path (absolute, or starting with ``./``, ``../`` or ``~``), which can be neither a hub
+    id nor a dataset name: where it does not exist, nothing is looked up by name or downloaded."""
+    return str(name_or_path).startswith(("/", "./", "../", "~"))
+
+
 def resolve_model(name_or_path: str) -> str:
     """Return a local checkpoint folder or a hub id for ``name_or_path``.
 
@@ -59,7 +65,7 @@ def resolve_model(name_or_path: str) -> str:
     """
     if Path(name_or_path).expanduser().is_dir():
         return str(Path(name_or_path).expanduser())
-    if name_or_path.startswith(("/", "./", "../", "~")):
+    if is_local_path(name_or_path):
         what = "a file, not a checkpoint folder" if Path(name_or_path).expanduser().exists() else "not found"
         raise AssetNotFoundError(f"{name_or_path}: checkpoint folder {what} (model.name_or_path / data.tokenizer)")
     short = name_or_path.split("/")[-1]
@@ -109,11 +115,16 @@ def resolve_dataset(name_or_path: str, download: bool = True) -> Path:
     """Return a BEIR-layout folder for a dataset name (``nfcorpus``) or path.
 
     Looks in order at: an existing path, ``<assets>/data/<name>``, ``<cache>/beir/<name>``, then
-    downloads ``BEIR_URL`` into the cache. Raises AssetNotFoundError naming every place tried.
+    downloads ``BEIR_URL`` into the cache. Raises AssetNotFoundError naming every place tried, or, for a filesystem
+    path (:func:`is_local_path`) that is not a folder, saying so without looking further.
     """
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         return path
+    if is_local_path(name_or_path):
+        what = "is a file, not a BEIR folder" if path.exists() else "does not exist"
+        raise AssetNotFoundError(f"{name_or_path}: {what} (a BEIR folder holds corpus.jsonl, queries.jsonl and "
+                                 "qrels/; data.source.path, eval.paths or an evaluation set's path)")
     candidates = [assets_dir() / "data" / name_or_path, cache_dir() / "beir" / name_or_path]
     for c in candidates:
         if c.is_dir():

@@ -26,7 +26,7 @@ import logging
 from pathlib import Path
 
 from multipos import atomic
-from multipos.assets import cache_dir, resolve_dataset
+from multipos.assets import cache_dir, is_local_path, resolve_dataset
 from multipos.data.groups import TrainQuery, unjudged_negatives
 from multipos.data.negative_filter import NegativeFilter
 from multipos.data.beir import check_qrels_ids, check_query_texts, read_corpus, read_queries
@@ -276,8 +276,8 @@ class TevatronSource:
             :class:`BeirGradedSource`.
 
     Raises: DataFormatError for a bad line (file and line, see :func:`multipos.data.tevatron.parse_tevatron`), a
-    query id on two lines (naming both) or no line at all; ValueError for bad hard-negative settings (naming the
-    field). A passage id given with two different texts keeps its first text (the negative corpus's first);
+    query id on two lines (naming both) or no line at all; FileNotFoundError for a filesystem ``path`` that does not
+    exist (no hub lookup); ValueError for bad hard-negative settings (naming the field). A passage id given with two different texts keeps its first text (the negative corpus's first);
     their number is logged as a warning.
     """
 
@@ -304,6 +304,9 @@ class TevatronSource:
         p = Path(self.path).expanduser()
         if p.is_file():
             examples = read_tevatron(p)
+        elif not p.exists() and is_local_path(str(self.path)):
+            raise FileNotFoundError(f"data.source.path: {self.path} does not exist (a Tevatron .jsonl file, a folder "
+                                    "saved by datasets, or a Hugging Face hub dataset id)")
         else:
             examples = load_tevatron_hf(str(p) if p.exists() else self.path, self.split)
         if self.max_queries is not None:
