@@ -19,11 +19,10 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import torch
-from common import _tiny, append_result, machine_info
+from common import _tiny, append_result, interleaved, machine_info
 from sides import bare_step, cycled, data_module, lightning_loop
 
 OUT = Path(__file__).resolve().parent / "results" / "speed.jsonl"
@@ -38,7 +37,6 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     from multipos.hardware import native_bf16
-    from multipos.module import RetrieverModule
 
     device, bf16 = torch.device("cpu"), native_bf16()
     data = _tiny(Path(tempfile.mkdtemp(prefix="multipos-bench-model-")))
@@ -49,29 +47,14 @@ def main() -> None:
         batches.append(batch)
         if len(batches) == 20:
             break
-    bare = bare_step(data, device, bf16, group_size=2)
-
-    def bare_loop() -> float:
-        times = []
-        for batch in cycled(batches, args.steps):
-            start = time.perf_counter()
-            bare(batch)
-            times.append(time.perf_counter() - start)
-        return statistics.median(times[1:])
-
-    shipped = RetrieverModule._logs_this_step
+    bare = {"bare": bare_step(data, device, bf16, group_size=2)}
     overrides = (f"trainer.log_every_n_steps={args.log_every}",)
     rounds = {"bare": [], "every_step": [], "logged_steps_only": []}
     for _ in range(args.rounds):
-        rounds["bare"].append(bare_loop())
-        RetrieverModule._logs_this_step = lambda self: True
-        try:
-            rounds["every_step"].append(statistics.median(lightning_loop(data, batches, device, args.steps,
-                                                                         overrides=overrides)))
-        finally:
-            RetrieverModule._logs_this_step = shipped
-        rounds["logged_steps_only"].append(statistics.median(lightning_loop(data, batches, device, args.steps,
-                                                                            overrides=overrides)))
+        rounds["bare"].append(interleaved(bare, cycled(batches, args.steps))["bare"])
+        for name, every in (("every_step", True), ("logged_steps_only", False)):
+            rounds[name].append(statistics.median(lightning_loop(data, batches, device, args.steps,
+                                                                 overrides=overrides, log_every_step=every)))
     med = {k: statistics.median(v) for k, v in rounds.items()}
     append_result(args.out, {
         **machine_info(), "bench": "loop_logging", "model": "tiny random BERT (2 layers, 64 dims)", "batch": 4,

@@ -201,13 +201,21 @@ class _UnloggedModule:
         pass
 
 
+class _EveryStepLoggedModule:
+    """Mixed into :class:`multipos.module.RetrieverModule` by :func:`lightning_loop` with ``log_every_step=True``: it
+    calls ``self.log`` at every step, as it did before 2026-11-26, whichever steps a logger writes."""
+
+    def _logs_this_step(self) -> bool:
+        return True
+
+
 def cycled(batches: list, steps: int) -> list:
     """``steps`` + 1 batches (a warm-up step, then the timed ones): ``batches`` repeated in order as needed."""
     return (batches * (steps // len(batches) + 2))[: steps + 1]
 
 
 def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = True,
-                   sync_each: bool = True, overrides: tuple[str, ...] = ()) -> list[float]:
+                   sync_each: bool = True, overrides: tuple[str, ...] = (), log_every_step: bool = False) -> list[float]:
     """``Trainer.fit`` of a RetrieverModule for ``steps`` + 1 steps with the trainer a user runs on ``device``
     (``trainer=gpu`` on CUDA: bf16, clipping 1.0, logging to a CSV logger and refreshing the progress bar
     (:func:`multipos.fit.progress_bar`) every 10 steps; ``trainer=default`` elsewhere: every step) → seconds of each
@@ -218,7 +226,8 @@ def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = Tr
     the precision plugin, logging and transfer, on the batches a bare loop times). ``log_steps=False``: the module's
     ``self.log`` calls do nothing (what Lightning's logging costs; on the 2-core EPYC with a 2-layer test model about
     half of the loop's 2.2 ms a step over the bare loop while the module logged at every step, 2026-11-26; since
-    2026-11-26 it logs only on the steps a logger writes, every 10th on CUDA).
+    2026-11-26 it logs only on the steps a logger writes, every 10th on CUDA). ``log_every_step=True``: the module calls
+    ``self.log`` at every step, as before that change.
 
     ``sync_each=False`` → ``[mean seconds a step]`` (:attr:`StepTimer.run_step`: the device synchronised at the end of
     the first and the last step only). ``overrides``: Hydra overrides of the trainer config, e.g.
@@ -241,7 +250,8 @@ def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = Tr
     trainer = instantiate(cfg, max_steps=steps + 1, max_epochs=-1, enable_checkpointing=False,
                           enable_progress_bar=bool(bar), enable_model_summary=False, callbacks=[timer, *bar],
                           logger=CSVLogger(tempfile.mkdtemp(prefix="multipos-bench-csv-")))
-    cls = RetrieverModule if log_steps else type("UnloggedRetrieverModule", (_UnloggedModule, RetrieverModule), {})
+    mixins = (() if log_steps else (_UnloggedModule,)) + ((_EveryStepLoggedModule,) if log_every_step else ())
+    cls = type("BenchRetrieverModule", (*mixins, RetrieverModule), {}) if mixins else RetrieverModule
     module = cls(multipos_model(data), ContrastiveLoss("singlelh"), scheduler=None)
     if isinstance(dm, list):
         trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader(cycled(dm, steps), batch_size=None,

@@ -80,7 +80,8 @@ def build_trainer(cfg: DictConfig, out: Path, max_epochs: int, callbacks: list, 
         logger = instantiate(cfg.logger, **extra)
         log_config(logger, cfg)
     return instantiate(cfg.trainer, default_root_dir=str(out), logger=logger,
-                       callbacks=[*callbacks, *progress_bar(cfg.trainer)], max_epochs=max_epochs, plugins=[atomic.AtomicCheckpointIO()], **overrides)
+                       callbacks=[*callbacks, *progress_bar(cfg.trainer)], max_epochs=max_epochs,
+                       plugins=[atomic.AtomicCheckpointIO()], **overrides)
 
 
 def progress_bar(trainer_cfg: DictConfig) -> list:

@@ -204,7 +204,7 @@ class RetrieverModule(L.LightningModule):
         Why not log every step and let Lightning keep what it writes: each ``self.log`` call walks the logged value's
         whole record to its device (Lightning-AI/pytorch-lightning issue 20388), 0.4–0.6 ms on the 2-core EPYC, and
         with ``sync_dist`` (DDP) it is a collective. The rows a logger writes are the same either way
-        (``tests/test_module.py``)."""
+        (``tests/test_step_logging.py``)."""
         trainer = self._trainer
         if trainer is None:
             return True

@@ -277,8 +277,8 @@ class TevatronSource:
 
     Raises: DataFormatError for a bad line (file and line, see :func:`multipos.data.tevatron.parse_tevatron`), a
     query id on two lines (naming both) or no line at all; FileNotFoundError for a filesystem ``path`` that does not
-    exist (no hub lookup); ValueError for bad hard-negative settings (naming the field). A passage id given with two different texts keeps its first text (the negative corpus's first);
-    their number is logged as a warning.
+    exist (no hub lookup); ValueError for bad hard-negative settings (naming the field). A passage id given with two
+    different texts keeps its first text (the negative corpus's first); their number is logged as a warning.
     """
 
     def __init__(self, path: str, split: str = "train", gold_positives: int = 0, max_queries: int | None = None,
@@ -304,7 +304,7 @@ class TevatronSource:
         p = Path(self.path).expanduser()
         if p.is_file():
             examples = read_tevatron(p)
-        elif not p.exists() and is_local_path(str(self.path)):
+        elif not p.exists() and is_local_path(self.path):
             raise FileNotFoundError(f"data.source.path: {self.path} does not exist (a Tevatron .jsonl file, a folder "
                                     "saved by datasets, or a Hugging Face hub dataset id)")
         else:
