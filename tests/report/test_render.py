@@ -115,6 +115,16 @@ def test_render_cli(study, tmp_path, capsys):
     assert exc.value.code == 2 and "no complete run" in capsys.readouterr().err
 
 
+def test_render_cli_title_replaces_the_runs_caption(study, tmp_path, capsys):
+    """``--title`` captions the table in both files instead of ``report.title`` (runs trained with a recipe's overrides
+    under another experiment's config carry that experiment's title)."""
+    out = tmp_path / "titled"
+    with pytest.warns(UserWarning):
+        md = main([str(study), "--out", str(out), "--title", "Recipe top1, three seeds"])
+    assert md.startswith("Table: Recipe top1, three seeds\n") and TITLE not in md
+    assert "Recipe top1, three seeds" in (out / "table2_homogeneous.tex").read_text()
+
+
 def test_render_ratio_plot(tmp_path):
     root = tmp_path / "figure_ratio_ablation-cpu"
     plot = '{kind: ratio_ablation, eval_set: "${oc.select:size.ratio_set,nfcorpus_test}", metrics: [ndcg@10]}'

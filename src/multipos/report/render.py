@@ -164,7 +164,8 @@ def _trials(spec: Mapping, runs: list[RunResult], infos: list[Mapping], first: P
 
 
 def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results", name: str | None = None,
-                 wandb_project: str | None = None, baselines: Sequence[str | None] | None = None) -> str:
+                 wandb_project: str | None = None, baselines: Sequence[str | None] | None = None,
+                 title: str | None = None) -> str:
     """Render the study in ``sweep_dir`` to ``<out>/<name>.md`` and ``.tex`` (and ``.png`` with a plot).
 
     ``baselines`` (at most two: the ``+``/``-`` one, then the ``♣``/``♦`` one) replaces ``report.baselines`` and
@@ -172,7 +173,8 @@ def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results",
     ``["negative_filter=none"]`` marks each filter against no filter for the same objective
     (:func:`multipos.report.significance.resolve_baseline`).
 
-    ``name`` replaces ``report.name`` as the output stem; without it, a study run as a variant (``size.suffix``,
+    ``title`` replaces ``report.title`` as the table caption (runs made with the overrides of a recipe under another
+    experiment's config carry that experiment's title). ``name`` replaces ``report.name`` as the output stem; without it, a study run as a variant (``size.suffix``,
     e.g. ``fine_tuning=query_side``) writes ``<report.name>_<suffix>`` so the variant never overwrites the study. Files are written atomically (temporary
     sibling, then ``os.replace``). Runs are loaded with a progress bar (on a terminal). ``wandb_project``: also log
     the table as a ``wandb.Table`` and the figure to a W&B run of that project, grouped by the study
@@ -188,6 +190,8 @@ def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results",
         raise FileNotFoundError(f"{sweep}: no complete run (run directory with .hydra/config.yaml and metrics.json)"
                                 + (f"; {len(incomplete)} incomplete" if incomplete else ""))
     spec = read_spec(complete + incomplete)
+    if title is not None:
+        spec["title"] = title
     # a variant of a study (fine_tuning=query_side: size.suffix "-query_side") renders beside the study's own
     # files, never over them: table2_homogeneous_query_side.md next to table2_homogeneous.md
     suffix = str(config_node(complete[0], "size.suffix") or "").strip("-")
@@ -242,6 +246,7 @@ def main(argv: Sequence[str] | None = None) -> str:
     p.add_argument("sweep_dir", help="the study's sweep directory (run directories at any depth)")
     p.add_argument("--out", default="experiments/results", help="output folder (default: %(default)s)")
     p.add_argument("--name", help="output stem (default: report.name of the runs' config)")
+    p.add_argument("--title", help="table caption (default: report.title of the runs' config)")
     p.add_argument("--wandb", nargs="?", const="multipos", metavar="PROJECT",
                    help="also log the table (wandb.Table) and figure to W&B project PROJECT (default: %(const)s)")
     p.add_argument("--baselines", nargs="+", metavar="BASELINE",
@@ -249,7 +254,8 @@ def main(argv: Sequence[str] | None = None) -> str:
                         "negative_filter=none (default: report.baselines of the runs' config, else singlelh rand1lh)")
     args = p.parse_args(argv)
     try:
-        md = render_sweep(args.sweep_dir, args.out, args.name, wandb_project=args.wandb, baselines=args.baselines)
+        md = render_sweep(args.sweep_dir, args.out, args.name, wandb_project=args.wandb, baselines=args.baselines,
+                          title=args.title)
     except (FileNotFoundError, ValueError) as exc:
         p.exit(2, f"{p.prog}: error: {exc}\n")
     print(md, end="")
