@@ -174,7 +174,9 @@ def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results",
     (:func:`multipos.report.significance.resolve_baseline`).
 
     ``title`` replaces ``report.title`` as the table caption (runs made with the overrides of a recipe under another
-    experiment's config carry that experiment's title). ``name`` replaces ``report.name`` as the output stem; without it, a study run as a variant (``size.suffix``,
+    experiment's config carry that experiment's title).
+
+    ``name`` replaces ``report.name`` as the output stem; without it, a study run as a variant (``size.suffix``,
     e.g. ``fine_tuning=query_side``) writes ``<report.name>_<suffix>`` so the variant never overwrites the study. Files are written atomically (temporary
     sibling, then ``os.replace``). Runs are loaded with a progress bar (on a terminal). ``wandb_project``: also log
     the table as a ``wandb.Table`` and the figure to a W&B run of that project, grouped by the study
