@@ -34,6 +34,20 @@ def test_single_positive_objectives_ignore_m_and_positive_selection(tiny_beir, t
     assert _key(a) != _key(other_g)  # G changes the groups
 
 
+def test_the_data_name_is_a_label(tiny_beir, tiny_bert, tmp_path):
+    """``data=nfcorpus_homo`` is ``data=nfcorpus data.regime=homogeneous`` under its own name: one equivalence key
+    (a study reuses the other's run), two config hashes (each run directory keeps its guard). The regime itself
+    still changes the key."""
+    named = _cfg(tiny_beir, tiny_bert, tmp_path, "loss=lsepair")
+    plain = compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, tmp_path, "data=nfcorpus", "data.regime=homogeneous",
+                                                "seed=917", "loss=lsepair"))
+    assert (named.data.name, plain.data.name) == ("nfcorpus_homo", "nfcorpus")
+    assert config_hash(named) != config_hash(plain)
+    assert _key(named) == _key(plain)
+    assert _key(plain) != _key(compose_cfg("train", tiny_overrides(
+        tiny_beir, tiny_bert, tmp_path, "data=nfcorpus", "data.regime=all", "seed=917", "loss=lsepair")))
+
+
 @pytest.mark.parametrize("loss", ["jointlh", "summarglh", "lsepair"])
 def test_multi_positive_objectives_depend_on_m(tiny_beir, tiny_bert, tmp_path, loss):
     a = _cfg(tiny_beir, tiny_bert, tmp_path, f"loss={loss}", "data.max_positives=2")

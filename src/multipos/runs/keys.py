@@ -39,9 +39,13 @@ VOLATILE_KEYS = ("paths", "resume", "hydra", "report", "experiment_name", "size"
 #: Keys on which the seeds of one configuration may differ (report rows): :data:`VOLATILE_KEYS` and ``seed``.
 SEED_FREE_KEYS = ("seed", *VOLATILE_KEYS)
 
-#: Config keys left out of :func:`equivalence_key` besides :data:`VOLATILE_KEYS`: where and how metrics are
-#: logged (``logger.save_dir`` is the run directory) does not change the model or its evaluation.
-NOT_COMPUTED = ("logger",)
+#: Config keys (dotted) left out of :func:`equivalence_key` besides :data:`VOLATILE_KEYS`: where and how metrics
+#: are logged (``logger.save_dir`` is the run directory) does not change the model or its evaluation, and
+#: ``data.name`` and ``run_name`` (by default ``<objective>-<data.name>``) are labels: ``conf/data/nfcorpus_hetero.yaml``
+#: is ``nfcorpus.yaml`` with a regime and its own name, the other ``data`` fields say what is read, and the names
+#: only key caches of the same values and tag the TREC run files (a reused run keeps its source's tag). All stay in
+#: :func:`config_hash`, so no finished run directory changes its guard.
+NOT_COMPUTED = ("logger", "data.name", "run_name")
 
 #: ``data`` fields a stage with a single-positive objective (SingleLH, Rand1LH) does not read.
 IGNORED_BY_SINGLE_POSITIVE = ("max_positives", "positive_selection")
@@ -154,8 +158,10 @@ def equivalence_key(cfg: DictConfig, single_positive: Iterable[str | None]) -> s
     gets its new key when its sweep is run again (:func:`multipos.runs.lifecycle.open_run`).
     """
     plain = OmegaConf.to_container(cfg, resolve=True)
-    for key in NOT_COMPUTED:
-        plain.pop(key, None)
+    for dotted in NOT_COMPUTED:
+        node, leaf = _holder(plain, dotted)
+        if node is not None:
+            node.pop(leaf, None)
     if all(s is not None for s in single_positive):
         for key in IGNORED_BY_SINGLE_POSITIVE:
             plain.get("data", {}).pop(key, None)
