@@ -244,3 +244,18 @@ def test_candidate_set_rows_are_compared_with_the_baseline_of_their_own_candidat
     joint_group = next(v for k, v in rows.items() if k.startswith("jointlh") and "group" in k)
     assert joint_corpus[0].split(" ± ")[0].endswith("+"), rows
     assert not joint_group[0].split(" ± ")[0].endswith(("+", "-")), rows
+
+
+def test_the_wall_time_of_resumed_runs_is_called_a_lower_bound(tmp_path):
+    """A run killed mid-training (out of memory, say) and resumed records only the time of the attempt that
+    finished it, so the provenance line says the total is a lower bound and how many runs were resumed."""
+    from multipos.report.render import provenance
+    from multipos.report.runs import load_run
+
+    runs = [load_run(make_run(tmp_path / "s", f"seed={s}", "lsepair", {SET: {"ndcg@10": {"q1": 0.5}}}, seed=s))
+            for s in (1, 2)]
+    fresh = [{"wall_s": 600.0, "device": "CPU"}, {"wall_s": 600.0, "device": "CPU"}]
+    assert "wall time 20.0 min in total, 10.0 min per run; device" in provenance(tmp_path / "s", runs, fresh)
+    resumed = [{"wall_s": 600.0, "device": "CPU", "resumed": True}, {"wall_s": 600.0, "device": "CPU"}]
+    assert ("wall time 20.0 min in total, 10.0 min per run (a lower bound: 1 of them resumed after a stop, whose "
+            "time before the stop is not recorded); device") in provenance(tmp_path / "s", runs, resumed)

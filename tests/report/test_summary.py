@@ -48,6 +48,25 @@ def test_without_zero_shot_per_query_files_the_p_value_is_reported_missing(tmp_p
     assert "p n/a: no zero-shot per-query file" in format_summary(rows)
 
 
+def test_a_sweep_of_several_configurations_gets_one_block_each(tmp_path):
+    """A study's sweep (two objectives × two seeds): each objective's seeds are summarised on their own, never
+    pooled with the other's (which once printed one objective's values as "over 4 seeds")."""
+    root, seeds, zero = _sweep(tmp_path)
+    other = {42: zero + 0.10, 43: zero + 0.12}
+    for seed, values in other.items():
+        d = make_run(root, f"loss=lsepair,seed={seed}", "lsepair", {SET: {"ndcg@10": qmap(values)}},
+                     refs={"zero-shot": {SET: {"ndcg@10": float(zero.mean())}}}, seed=seed)
+        (d / "references" / "zero-shot").mkdir(parents=True)
+        (d / "references" / "zero-shot" / f"per_query.{SET}.json").write_text(json.dumps({"ndcg@10": qmap(zero)}))
+    rows = {r["config"]: r for r in summary_rows(root)}
+    assert set(rows) == {"loss=lsepair", "jointlh"}  # run folders seed=42 / seed=43: named by the objective
+    assert rows["loss=lsepair"]["n_seeds"] == rows["jointlh"]["n_seeds"] == 2
+    assert rows["loss=lsepair"]["mean"] == pytest.approx(zero.mean() + 0.11)
+    assert rows["jointlh"]["mean"] == pytest.approx((seeds[42].mean() + seeds[43].mean()) / 2)
+    text = format_summary(list(rows.values()))
+    assert "\nloss=lsepair:\n" in text and "\njointlh:\n" in text
+
+
 def test_an_empty_sweep_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="no complete run"):
         summary_rows(tmp_path)

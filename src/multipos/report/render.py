@@ -77,8 +77,9 @@ def _duration(s: float) -> str:
 def provenance(sweep: Path, runs: Sequence[RunResult], infos: Sequence[Mapping], rows: int | None = None) -> str:
     """One line: number of runs (and rows), seeds, sweep name, runs copied from an equivalent finished run
     (``run_info.json`` ``reused_from``, :mod:`multipos.runs.reuse`), wall time of the others (total and mean
-    per run, from ``run_info.json`` ``wall_s``, left out when no run has it) and device(s) (``run_info.json``
-    ``device``)."""
+    per run, from ``run_info.json`` ``wall_s``, left out when no run has it; called a lower bound when runs were
+    resumed, ``run_info.json`` ``resumed``, since an attempt that was killed never records its time) and device(s)
+    (``run_info.json`` ``device``)."""
     seeds = sort_seeds({r.config.get("seed") for r in runs if r.config.get("seed") is not None})
     parts = [f"{len(runs)} run{'s' * (len(runs) != 1)}" + (f" ({rows} rows)" if rows is not None else "")
              + f" in sweep `{sweep.resolve().name}`"]
@@ -92,6 +93,10 @@ def provenance(sweep: Path, runs: Sequence[RunResult], infos: Sequence[Mapping],
     if walls:
         trained = len(runs) - reused
         over = f" (over {len(walls)} of {trained} runs)" if len(walls) < trained else ""
+        resumed = sum(1 for i in infos if i.get("resumed") and not i.get("reused_from"))
+        if resumed:  # a killed attempt never writes its wall_s (multipos.runs.lifecycle sums the recorded ones)
+            over += (f" (a lower bound: {resumed} of them resumed after a stop, whose time before the stop is not "
+                     f"recorded)")
         parts.append(f"wall time {_duration(math.fsum(walls))} in total, {_duration(math.fsum(walls) / len(walls))} "
                      f"per {'trained ' * bool(reused)}run{over}")
     devices = list(dict.fromkeys(str(i["device"]) for i in infos if i.get("device")))

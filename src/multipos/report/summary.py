@@ -7,7 +7,10 @@
 which prints one line per test set (dev sets left out): mean ± sample sd over the seeds, each seed's value, the
 zero-shot and BM25 references (``references.json``), the difference to zero-shot and a two-sided paired t-test
 over queries of the per-query values averaged over seeds against the zero-shot ones (:func:`paired_ttest`;
-``references/zero-shot/per_query.<set>.json`` written by training). Nothing is written.
+``references/zero-shot/per_query.<set>.json`` written by training). A sweep of several configurations (a study
+such as ``experiment=two_tower_objectives``) gets one block per configuration, named by its run folder without
+the seed; comparisons between configurations are the rendered table's markers
+(``python -m multipos.report.render``). Nothing is written.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import math
 from pathlib import Path
 from typing import Sequence
 
-from multipos.report.runs import load_run
+from multipos.report.runs import RunResult, load_run
+from multipos.report.seeds import group_seeds
 from multipos.report.significance import paired_ttest
 from multipos.runs.find import sweep_runs
 
@@ -29,11 +33,20 @@ def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
     return mean, sd
 
 
+def _configuration(run: RunResult) -> str:
+    """A configuration's name: its run folder's name without the ``seed=`` part (``loss=lsepair,seed=42`` →
+    ``loss=lsepair``), else its objective."""
+    name = ",".join(part for part in run.name.split(",") if not part.startswith("seed="))
+    return name or run.label
+
+
 def summary_rows(sweep_dir: str | Path, metric: str = "ndcg@10") -> list[dict]:
-    """One dict per test set of the complete runs in ``sweep_dir`` (seeds of one configuration):
-    ``set, n_seeds, seeds ({seed: value}), mean, sd, zero_shot, bm25, p`` (``p``: paired t-test of the per-query
-    seed means vs zero-shot; None where a run lacks the zero-shot per-query file). Sets whose name contains
-    ``dev`` and qrels views (``set.view``) are left out.
+    """One dict per configuration and test set of the complete runs in ``sweep_dir`` (the runs that differ only by
+    seed form one configuration, :func:`multipos.report.seeds.group_seeds`): ``config, set, n_seeds, seeds
+    ({seed: value}), mean, sd, zero_shot, bm25, p`` (``config``: :func:`_configuration` where the sweep holds more
+    than one configuration, else None; ``p``: paired t-test of the per-query seed means vs zero-shot; None where a
+    run lacks the zero-shot per-query file). Sets whose name contains ``dev`` and qrels views (``set.view``) are
+    left out.
 
     Raises FileNotFoundError when the sweep holds no complete run; ValueError when the runs disagree on their
     sets or queries (:func:`paired_ttest` names the difference).
@@ -41,7 +54,16 @@ def summary_rows(sweep_dir: str | Path, metric: str = "ndcg@10") -> list[dict]:
     complete, _ = sweep_runs(sweep_dir)
     if not complete:
         raise FileNotFoundError(f"{sweep_dir}: no complete run (metrics.json) to summarise")
-    runs = [load_run(d, require_per_query=False) for d in complete]
+    groups = group_seeds(load_run(d, require_per_query=False) for d in complete)
+    rows = []
+    for group in groups:
+        config = _configuration(group.runs[0]) if len(groups) > 1 else None
+        rows += [{"config": config, **row} for row in _configuration_rows(group.runs, metric)]
+    return rows
+
+
+def _configuration_rows(runs: list[RunResult], metric: str) -> list[dict]:
+    """:func:`summary_rows` of the seeds ``runs`` of one configuration, without ``config``."""
     sets = [s for s in runs[0].metrics if "dev" not in s and "." not in s and metric in runs[0].metrics[s]]
     rows = []
     for s in sets:
@@ -64,7 +86,11 @@ def summary_rows(sweep_dir: str | Path, metric: str = "ndcg@10") -> list[dict]:
 def format_summary(rows: Sequence[dict], metric: str = "ndcg@10") -> str:
     """The lines :func:`main` prints (one per test set)."""
     lines = [f"{metric}, mean ± sd over seeds (paired t-test of the seed-mean per-query values vs zero-shot):"]
+    config = None
     for r in rows:
+        if r.get("config") is not None and r["config"] != config:
+            config = r["config"]
+            lines.append(f"{config}:")
         seeds = ", ".join(f"{k}: {v:.4f}" for k, v in r["seeds"].items())
         ref = ""
         if r["zero_shot"] is not None:
