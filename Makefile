@@ -29,7 +29,8 @@ $(STAMP): pyproject.toml
 ## The main job on the embedded default (conf/experiment/default.yaml): query-side fine-tuning of all-MiniLM-L6-v2 on
 ## NFCorpus (JointLH, every corpus passage a candidate), three seeds into multirun/default-cpu (a re-run skips finished
 ## seeds), then the summary: test nDCG@10 mean ± sd, p-value vs the zero-shot start, BM25, TREC DL 2019/2020.
-## Two-tower: make train EXPERIMENT=two_tower. One seed: make train SEEDS=42.
+## Two-tower: make train EXPERIMENT=two_tower PARALLEL= (seeds one after another: two-tower runs side by side ran out of
+## memory on 24 GiB, docs/two-tower.md). One seed: make train SEEDS=42.
 ## First the first seed's run is prepared on every core (prepare_only=true: corpora encoded, training data, reference
 ## rows, all into the caches); then every seed trains side by side, the cores shared between them (launcher=parallel,
 ## one run per seed; on 2 cores one torch thread each: three one-thread runs make 1.3x the main job's steps a second of
