@@ -259,3 +259,14 @@ def test_the_wall_time_of_resumed_runs_is_called_a_lower_bound(tmp_path):
     resumed = [{"wall_s": 600.0, "device": "CPU", "resumed": True}, {"wall_s": 600.0, "device": "CPU"}]
     assert ("wall time 20.0 min in total, 10.0 min per run (a lower bound: 1 of them resumed after a stop, whose "
             "time before the stop is not recorded); device") in provenance(tmp_path / "s", runs, resumed)
+
+
+def test_provenance_counts_rows_in_the_singular_and_plural(tmp_path):
+    """A one-row table (the main job's seeds averaged) reads "2 runs (1 row)", not "(1 rows)"."""
+    from multipos.report.render import provenance
+    from multipos.report.runs import load_run
+
+    runs = [load_run(make_run(tmp_path / "s", f"seed={s}", "lsepair", {SET: {"ndcg@10": {"q1": 0.5}}}, seed=s))
+            for s in (1, 2)]
+    assert provenance(tmp_path / "s", runs, [{}, {}], rows=1).startswith("Provenance: 2 runs (1 row) in sweep `s`")
+    assert provenance(tmp_path / "s", runs[:1], [{}], rows=2).startswith("Provenance: 1 run (2 rows) in sweep `s`")

@@ -81,7 +81,7 @@ def provenance(sweep: Path, runs: Sequence[RunResult], infos: Sequence[Mapping],
     resumed, ``run_info.json`` ``resumed``, since an attempt that was killed never records its time) and device(s)
     (``run_info.json`` ``device``)."""
     seeds = sort_seeds({r.config.get("seed") for r in runs if r.config.get("seed") is not None})
-    parts = [f"{len(runs)} run{'s' * (len(runs) != 1)}" + (f" ({rows} rows)" if rows is not None else "")
+    parts = [f"{len(runs)} run{'s' * (len(runs) != 1)}" + (f" ({rows} row{'s' * (rows != 1)})" if rows is not None else "")
              + f" in sweep `{sweep.resolve().name}`"]
     if seeds:
         parts.append(f"seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}")
