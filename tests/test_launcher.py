@@ -52,6 +52,55 @@ def test_threads_and_launcher_leave_the_config_hash_alone(tiny_beir, tiny_bert, 
     three = compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path), "launcher=parallel", "parallel_jobs=3",
                                   "prepare_only=true"])
     assert config_hash(three) == config_hash(plain)  # make train: prepared alone, then continued three at a time
+    freed = compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path), "return_freed_memory=true"])
+    assert freed.return_freed_memory is True and config_hash(freed) == config_hash(plain)  # a memory setting
+
+
+# In a fresh process: free a 16 MiB block (glibc then raises its mmap threshold to 16 MiB), allocate 1 MiB, and print
+# how many bytes the allocator holds in mmapped blocks (mallinfo2().hblkhd) beyond what it held before.
+_MMAPPED_AFTER_A_BIG_FREE = """
+import ctypes, sys
+from multipos.hardware import return_freed_memory
+print(return_freed_memory(sys.argv[1] == "on"))
+libc = ctypes.CDLL("libc.so.6")
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                ("arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split())]
+libc.mallinfo2.restype = Info
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+libc.free(libc.malloc(16 << 20))
+before = libc.mallinfo2().hblkhd
+block = libc.malloc(1 << 20)
+print(libc.mallinfo2().hblkhd - before)
+libc.free(block)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt / mallinfo2")
+def test_return_freed_memory_serves_large_blocks_by_mmap_after_a_big_free():
+    """Without the setting glibc keeps a 1 MiB block in the heap once a 16 MiB block was freed (its dynamic mmap
+    threshold rose to 16 MiB), so freed activations stay resident; with it the block is mmapped (and unmapped when
+    freed). Each case in a fresh process, which the setting changes for good."""
+    def mmapped(mode: str) -> tuple[str, int]:
+        out = subprocess.run([sys.executable, "-c", _MMAPPED_AFTER_A_BIG_FREE, mode], capture_output=True, text=True,
+                             check=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")}).stdout.split()
+        return out[0], int(out[1])
+
+    if subprocess.run([sys.executable, "-c", "import ctypes; ctypes.CDLL('libc.so.6').mallinfo2"]).returncode:
+        pytest.skip("no glibc with mallinfo2 (2.33+)")
+    assert mmapped("off") == ("False", 0)
+    applied, grown = mmapped("on")
+    assert applied == "True" and grown >= 1 << 20
+
+
+def test_return_freed_memory_refuses_a_non_bool():
+    from multipos.hardware import return_freed_memory
+
+    assert return_freed_memory(False) is False
+    for bad in (1, "yes", None):
+        with pytest.raises(ValueError, match="return_freed_memory: true or false"):
+            return_freed_memory(bad)
 
 
 def test_a_parallel_sweep_trains_both_cells_sharing_the_cores(tiny_beir, tiny_bert, tmp_path):

@@ -44,7 +44,7 @@ from omegaconf import DictConfig, OmegaConf
 from multipos import atomic
 from multipos.assets import cache_dir
 from multipos.distributed import check_launch, device_description, is_rank_zero, trainer_world_size
-from multipos.hardware import set_torch_threads
+from multipos.hardware import return_freed_memory, set_torch_threads
 from multipos.sequence_packing import check_pack_sequences
 from multipos.runs.lifecycle import close_run, open_run
 from multipos.evaluation.runner import Evaluation
@@ -99,6 +99,7 @@ def train(cfg: DictConfig) -> dict | None:
     check_passages(cfg.get("passages"))
     zero = is_rank_zero()
     threads = set_torch_threads(cfg.get("threads"))
+    return_freed_memory(bool(cfg.get("return_freed_memory", False)))  # a memory setting, like threads a speed one
     packing = check_pack_sequences(cfg.get("pack_sequences"))  # a speed setting, like threads
     run = open_run(cfg, out, stages, writer=zero, device=device_description() + threads, started=start)
     if run.done:  # finished here before, or copied from an equivalent run

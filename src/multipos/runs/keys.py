@@ -29,13 +29,14 @@ __all__ = ["VOLATILE_KEYS", "SEED_FREE_KEYS", "NOT_COMPUTED", "IGNORED_BY_SINGLE
            "hashed_as", "config_hash", "equivalence_key"]
 
 #: Config keys that do not change what a run computes (paths, report layout, study name and CPU size, resume and
-#: reuse switches, the speed settings ``threads``, ``parallel_jobs`` and ``pack_sequences``, ``prepare_only`` (a run stopped
+#: reuse switches, the speed settings ``threads``, ``parallel_jobs`` and ``pack_sequences``, the memory setting
+#: ``return_freed_memory``, ``prepare_only`` (a run stopped
 #: before training is continued by the same command without it), and ``length_buckets``, retired): left out
 #: of the config hash. Hydra's ``override_dirname.exclude_keys`` (conf/hydra/default.yaml) is a different list on
 #: purpose: it names *command-line overrides* left out of a sweep cell's folder name, among them ``experiment``,
 #: ``scale`` and ``fine_tuning``, which do change the computation but name the sweep folder.
 VOLATILE_KEYS = ("paths", "resume", "hydra", "report", "experiment_name", "size", "reuse_equivalent", "threads",
-                 "pack_sequences", "length_buckets", "parallel_jobs", "prepare_only")
+                 "pack_sequences", "return_freed_memory", "length_buckets", "parallel_jobs", "prepare_only")
 #: Keys on which the seeds of one configuration may differ (report rows): :data:`VOLATILE_KEYS` and ``seed``.
 SEED_FREE_KEYS = ("seed", *VOLATILE_KEYS)
 
