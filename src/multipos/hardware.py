@@ -88,9 +88,10 @@ def return_freed_memory(enabled: bool) -> bool:
 
     Why: glibc raises its mmap threshold to the largest block freed so far (up to 32 MiB on 64-bit), so the
     activations of a two-tower CPU step, freed at every step, stay in the heap and the resident size climbs: 30 steps
-    of ``experiment=two_tower`` peaked at 6.9 GB by default and 5.0 GB with these settings, 3 % slower
-    (docs/two-tower.md, "Objectives at the default recipe"). Tensor memory that torch caches itself (CUDA) is not
-    affected.
+    of ``experiment=two_tower`` peaked at 7.2 GB by default and 4.7 GB with these settings, but took 1.37x the wall
+    time (331 s against 241 s: every large block is mapped and zeroed anew), so it is off by default; use it to run
+    two-tower seeds side by side on a small machine (docs/two-tower.md, "Objectives at the default recipe"). Tensor
+    memory that torch caches itself (CUDA) is not affected.
 
     Returns True when the settings were applied; False when ``enabled`` is false, or when this process's C library
     is not glibc (musl, macOS), where it warns and leaves the allocator as it is. Raises ValueError for a value that

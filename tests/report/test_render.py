@@ -270,3 +270,18 @@ def test_provenance_counts_rows_in_the_singular_and_plural(tmp_path):
             for s in (1, 2)]
     assert provenance(tmp_path / "s", runs, [{}, {}], rows=1).startswith("Provenance: 2 runs (1 row) in sweep `s`")
     assert provenance(tmp_path / "s", runs[:1], [{}], rows=2).startswith("Provenance: 1 run (2 rows) in sweep `s`")
+
+
+def test_provenance_names_each_device_with_its_runs(tmp_path):
+    """Device descriptions hold commas ("CPU AMD EPYC, 2 cores"), so several are told apart by " / ", each with its
+    number of runs; one device is named as it is."""
+    from multipos.report.render import provenance
+    from multipos.report.runs import load_run
+
+    runs = [load_run(make_run(tmp_path / "s", f"seed={s}", "lsepair", {SET: {"ndcg@10": {"q1": 0.5}}}, seed=s))
+            for s in (1, 2, 3)]
+    infos = [{"device": "CPU EPYC, 2 cores"}, {"device": "CPU EPYC, 2 cores, 1 torch thread"},
+             {"device": "CPU EPYC, 2 cores"}]
+    assert provenance(tmp_path / "s", runs, infos).endswith(
+        "; devices: CPU EPYC, 2 cores (2 runs) / CPU EPYC, 2 cores, 1 torch thread (1 run).")
+    assert provenance(tmp_path / "s", runs, [infos[0]] * 3).endswith("; device: CPU EPYC, 2 cores.")

@@ -26,6 +26,7 @@ import argparse
 import math
 import sys
 import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -79,7 +80,7 @@ def provenance(sweep: Path, runs: Sequence[RunResult], infos: Sequence[Mapping],
     (``run_info.json`` ``reused_from``, :mod:`multipos.runs.reuse`), wall time of the others (total and mean
     per run, from ``run_info.json`` ``wall_s``, left out when no run has it; called a lower bound when runs were
     resumed, ``run_info.json`` ``resumed``, since an attempt that was killed never records its time) and device(s)
-    (``run_info.json`` ``device``)."""
+    (``run_info.json`` ``device``; several: each with its number of runs)."""
     seeds = sort_seeds({r.config.get("seed") for r in runs if r.config.get("seed") is not None})
     parts = [f"{len(runs)} run{'s' * (len(runs) != 1)}" + (f" ({rows} row{'s' * (rows != 1)})" if rows is not None else "")
              + f" in sweep `{sweep.resolve().name}`"]
@@ -99,9 +100,11 @@ def provenance(sweep: Path, runs: Sequence[RunResult], infos: Sequence[Mapping],
                      f"recorded)")
         parts.append(f"wall time {_duration(math.fsum(walls))} in total, {_duration(math.fsum(walls) / len(walls))} "
                      f"per {'trained ' * bool(reused)}run{over}")
-    devices = list(dict.fromkeys(str(i["device"]) for i in infos if i.get("device")))
-    if devices:
-        parts.append(f"device{'s' * (len(devices) > 1)}: {', '.join(devices)}")
+    devices = Counter(str(i["device"]) for i in infos if i.get("device"))
+    if len(devices) == 1:
+        parts.append(f"device: {next(iter(devices))}")
+    elif devices:  # a device description holds commas itself ("CPU AMD EPYC, 2 cores"): one per part, with its runs
+        parts.append("devices: " + " / ".join(f"{d} ({n} run{'s' * (n != 1)})" for d, n in devices.items()))
     return "Provenance: " + "; ".join(parts) + "."
 
 
