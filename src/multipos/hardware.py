@@ -89,7 +89,7 @@ def return_freed_memory(enabled: bool) -> bool:
     Why: glibc raises its mmap threshold to the largest block freed so far (up to 32 MiB on 64-bit), so the
     activations of a two-tower CPU step, freed at every step, stay in the heap and the resident size climbs: 30 steps
     of ``experiment=two_tower`` peaked at 7.2 GB by default and 4.7 GB with these settings, but took 1.37x the wall
-    time (331 s against 241 s: every large block is mapped and zeroed anew), so it is off by default; use it to run
+    time (331 s against 241 s; a fixed 4 MiB mmap threshold alone cost the same), so it is off by default; use it to run
     two-tower seeds side by side on a small machine (docs/two-tower.md, "Objectives at the default recipe"). Tensor
     memory that torch caches itself (CUDA) is not affected.
 
@@ -101,12 +101,10 @@ def return_freed_memory(enabled: bool) -> bool:
     if not enabled:
         return False
     import ctypes
-    import ctypes.util
     import warnings
 
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(None).mallopt  # the symbols this process already has loaded, its C library's among them
     except (OSError, AttributeError):
         warnings.warn("return_freed_memory: this C library has no mallopt (not glibc); the allocator is left as it is",
                       RuntimeWarning, stacklevel=2)

@@ -99,7 +99,7 @@ def train(cfg: DictConfig) -> dict | None:
     check_passages(cfg.get("passages"))
     zero = is_rank_zero()
     threads = set_torch_threads(cfg.get("threads"))
-    return_freed_memory(bool(cfg.get("return_freed_memory", False)))  # a memory setting, like threads a speed one
+    return_freed_memory(cfg.get("return_freed_memory", False))  # a memory setting (threads: a speed one)
     packing = check_pack_sequences(cfg.get("pack_sequences"))  # a speed setting, like threads
     run = open_run(cfg, out, stages, writer=zero, device=device_description() + threads, started=start)
     if run.done:  # finished here before, or copied from an equivalent run

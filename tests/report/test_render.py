@@ -246,14 +246,19 @@ def test_candidate_set_rows_are_compared_with_the_baseline_of_their_own_candidat
     assert not joint_group[0].split(" ± ")[0].endswith(("+", "-")), rows
 
 
+def _lsepair_runs(sweep, seeds):
+    """One loaded LSEPair run per seed in ``sweep`` (one query, nDCG@10 0.5), for the provenance line."""
+    from multipos.report.runs import load_run
+
+    return [load_run(make_run(sweep, f"seed={s}", "lsepair", {SET: {"ndcg@10": {"q1": 0.5}}}, seed=s)) for s in seeds]
+
+
 def test_the_wall_time_of_resumed_runs_is_called_a_lower_bound(tmp_path):
     """A run killed mid-training (out of memory, say) and resumed records only the time of the attempt that
     finished it, so the provenance line says the total is a lower bound and how many runs were resumed."""
     from multipos.report.render import provenance
-    from multipos.report.runs import load_run
 
-    runs = [load_run(make_run(tmp_path / "s", f"seed={s}", "lsepair", {SET: {"ndcg@10": {"q1": 0.5}}}, seed=s))
-            for s in (1, 2)]
+    runs = _lsepair_runs(tmp_path / "s", (1, 2))
     fresh = [{"wall_s": 600.0, "device": "CPU"}, {"wall_s": 600.0, "device": "CPU"}]
     assert "wall time 20.0 min in total, 10.0 min per run; device" in provenance(tmp_path / "s", runs, fresh)
     resumed = [{"wall_s": 600.0, "device": "CPU", "resumed": True}, {"wall_s": 600.0, "device": "CPU"}]
@@ -264,10 +269,8 @@ def test_the_wall_time_of_resumed_runs_is_called_a_lower_bound(tmp_path):
 def test_provenance_counts_rows_in_the_singular_and_plural(tmp_path):
     """A one-row table (the main job's seeds averaged) reads "2 runs (1 row)", not "(1 rows)"."""
     from multipos.report.render import provenance
-    from multipos.report.runs import load_run
 
-    runs = [load_run(make_run(tmp_path / "s", f"seed={s}", "lsepair", {SET: {"ndcg@10": {"q1": 0.5}}}, seed=s))
-            for s in (1, 2)]
+    runs = _lsepair_runs(tmp_path / "s", (1, 2))
     assert provenance(tmp_path / "s", runs, [{}, {}], rows=1).startswith("Provenance: 2 runs (1 row) in sweep `s`")
     assert provenance(tmp_path / "s", runs[:1], [{}], rows=2).startswith("Provenance: 1 run (2 rows) in sweep `s`")
 
@@ -276,10 +279,8 @@ def test_provenance_names_each_device_with_its_runs(tmp_path):
     """Device descriptions hold commas ("CPU AMD EPYC, 2 cores"), so several are told apart by " / ", each with its
     number of runs; one device is named as it is."""
     from multipos.report.render import provenance
-    from multipos.report.runs import load_run
 
-    runs = [load_run(make_run(tmp_path / "s", f"seed={s}", "lsepair", {SET: {"ndcg@10": {"q1": 0.5}}}, seed=s))
-            for s in (1, 2, 3)]
+    runs = _lsepair_runs(tmp_path / "s", (1, 2, 3))
     infos = [{"device": "CPU EPYC, 2 cores"}, {"device": "CPU EPYC, 2 cores, 1 torch thread"},
              {"device": "CPU EPYC, 2 cores"}]
     assert provenance(tmp_path / "s", runs, infos).endswith(
