@@ -15,12 +15,15 @@ Ratios (> 1 = multipos faster), with the targets of issue 9:
   Lightning loop runs the trainer a user runs on the device (:func:`sides.lightning_loop`: ``trainer=gpu`` on CUDA,
   logging and refreshing its progress bar every 10 steps since 2026-11-26; up to H5 the loops ran
   ``conf/trainer/default.yaml``, logging every step, without a bar).
-  ``lightning_collated_vs_bare``: the Lightning loop over the bare loop's own collated batches (its cost apart
-  from data loading); ``lightning_unlogged_vs_bare``: the same without the module's two ``self.log`` calls a step
-  (what Lightning's per-step logging costs); ``lightning_run_vs_bare_run``: both loops timed as they run untimed, the
-  device synchronised only at the ends of the loop instead of after every step (``common.loop_time``,
-  ``sides.StepTimer(sync_each=False)``; each log and bar refresh reads the loss back from the device, every 10 steps
-  with ``trainer=gpu``): whether the host queues the loop's next step while the device still runs the last one;
+  Since 2026-11-27 the rounds run on the batches the loop over the data module trains on (``loop_batches`` of them),
+  collated beforehand for the bare loop; before, on the first ``rounds`` + 1 of them, cycled.
+  ``lightning_collated_vs_bare``: the Lightning loop over those collated batches (its cost apart from receiving them
+  from DataLoader workers); ``lightning_descriptors_vs_bare``: the loop over the data module with its workers sending
+  tensors by file descriptor (torch's default) instead of by file name (:class:`multipos.data.loader.WorkerInit`);
+  ``gap_s_lightning_<loop>``: the median seconds between one step's end and the next one's start in each loop
+  (fetching and moving the batch, Lightning's bookkeeping). Up to H6 (2026-11-27) each round also timed the loop
+  without the module's ``self.log`` calls (``lightning_unlogged_vs_bare``: 0.978 against 0.934 logged) and both
+  loops synchronised only at their ends (``lightning_run_vs_bare_run``: 0.832 against 0.842 per step);
 * ``encode_vs_st`` = sentence-transformers ``encode`` time / multipos ``encode`` time (≥ 1.2), same passages,
   batch size and truncation; each side in its own default precision (multipos: bf16 where native; ST: fp32);
   ``encode_tokenize_s`` against ``encode_s_multipos``: the tokenizer alone over the same windows, against the whole
@@ -58,7 +61,7 @@ import time
 from pathlib import Path
 
 import torch
-from common import append_result, bench_data, interleaved, loop_time, machine_info, pick_device, sync
+from common import append_result, bench_data, interleaved, machine_info, pick_device, sync
 
 OUT = Path(__file__).resolve().parent / "results" / "speed.jsonl"
 SIZES = {
@@ -72,15 +75,17 @@ def step_ratios(data, device, bf16: bool, size: dict, res: dict, workers: list[i
                 loop_rounds: int = 3):
     """multipos vs bare vs sentence-transformers MNRL steps, then the Lightning loop in ``loop_rounds`` rounds (each
     against a bare loop timed right before it; ``lightning_rounds``), on the same batches."""
-    from sides import bare_step, cycled, data_module, lightning_loop, multipos_step, st_columns, st_model, st_step
+    from sides import bare_step, data_module, lightning_loop, multipos_step, st_columns, st_model, st_step
 
     B, G, rounds = size["batch"], size["group"], size["rounds"]
     dm = data_module(data, B, G, size["query_len"], size["passage_len"])
-    batches = []
+    steps = loop_steps or rounds
+    loop_batches = []  # what every Lightning loop over the data module trains on: its epoch 0, the same at every fit
     for batch in dm.train_dataloader():
-        batches.append(batch)
-        if len(batches) == rounds + 1:
+        loop_batches.append(batch)
+        if len(loop_batches) == max(rounds, steps) + 1:
             break
+    loop_batches, batches = loop_batches[: steps + 1], loop_batches[: rounds + 1]
     queries = {q: text for q, text, _ in data.queries}
     sides = {"multipos": multipos_step(data, device, bf16), "bare": bare_step(data, device, bf16, G)}
     st_sides = {}
@@ -105,36 +110,38 @@ def step_ratios(data, device, bf16: bool, size: dict, res: dict, workers: list[i
 
     # the Lightning loop against a bare loop timed right before it, in rounds: the bare loop's own time moved by 36 %
     # between two runs on the H200 (H5: 0.047 and 0.064 s on the same batches), so each loop is compared with its own
-    # round's bare loop and the ratio is the median over rounds. Each round also times the Lightning loop over the bare
-    # loop's already collated batches: the loop's own cost, apart from data loading.
+    # round's bare loop and the ratio is the median over rounds. Since 2026-11-27 every loop of a round runs on the
+    # batches the data module's loop trains on (its epoch 0, the same at every fit: seed 0), collated beforehand for the
+    # bare loop and the collated Lightning loop, so the loop over the data module differs from the collated one only in
+    # receiving them from its DataLoader workers. Each Lightning loop also records the seconds between one step's end
+    # and the next one's start (``gap_s_*``: fetching and moving the batch, Lightning's bookkeeping).
     bare_fn, per_round = bare_step(data, device, bf16, G), []
-    steps = loop_steps or rounds
     res["lightning_rounds"] = per_round  # filled round by round: a stopped run still writes the finished rounds
     for _ in range(loop_rounds):
-        bare_r = interleaved({"bare": bare_fn}, batches, warmup=1, device=device)["bare"]
-        collated_r = statistics.median(lightning_loop(data, batches, device, steps))
-        unlogged_r = statistics.median(lightning_loop(data, batches, device, steps, log_steps=False))
-        loop_r = statistics.median(lightning_loop(data, dm, device, steps))
-        bare_run_r = loop_time(bare_fn, cycled(batches, steps), device)
-        run_r = lightning_loop(data, dm, device, steps, sync_each=False)[0]
+        gaps = {"collated": [], "loop": [], "descriptors": []}
+        bare_r = interleaved({"bare": bare_fn}, loop_batches, warmup=1, device=device)["bare"]
+        collated_r = statistics.median(lightning_loop(data, loop_batches, device, steps, gaps=gaps["collated"]))
+        loop_r = statistics.median(lightning_loop(data, dm, device, steps, gaps=gaps["loop"]))
+        descriptors_r = statistics.median(lightning_loop(data, dm, device, steps, gaps=gaps["descriptors"],
+                                                         sharing="file_descriptor"))
         per_round.append({"bare": round(bare_r, 4), "lightning_collated": round(collated_r, 4),
-                          "lightning_unlogged": round(unlogged_r, 4), "lightning_loop": round(loop_r, 4),
-                          "bare_run": round(bare_run_r, 4), "lightning_run": round(run_r, 4)})
+                          "lightning_loop": round(loop_r, 4), "lightning_descriptors": round(descriptors_r, 4),
+                          **{f"gap_{k}": round(statistics.median(v), 4) for k, v in gaps.items()}})
+    res["loop_batches"] = len(loop_batches)
     res["step_s_lightning_loop"] = round(statistics.median(r["lightning_loop"] for r in per_round), 4)
     res["step_s_lightning_collated"] = round(statistics.median(r["lightning_collated"] for r in per_round), 4)
     res["step_s_bare_for_loop"] = round(statistics.median(r["bare"] for r in per_round), 4)
     res["lightning_vs_bare"] = round(statistics.median(r["bare"] / r["lightning_loop"] for r in per_round), 3)
-    for side in ("lightning_collated", "lightning_unlogged"):
+    for side in ("lightning_collated", "lightning_descriptors"):
         res[f"{side}_vs_bare"] = round(statistics.median(r["bare"] / r[side] for r in per_round), 3)
-    res["step_s_lightning_run"] = round(statistics.median(r["lightning_run"] for r in per_round), 4)
-    res["step_s_bare_run"] = round(statistics.median(r["bare_run"] for r in per_round), 4)
-    res["lightning_run_vs_bare_run"] = round(statistics.median(r["bare_run"] / r["lightning_run"] for r in per_round), 3)
+    for side in ("collated", "loop", "descriptors"):
+        res[f"gap_s_lightning_{side}"] = round(statistics.median(r[f"gap_{side}"] for r in per_round), 4)
     res["queries_per_s_lightning_loop"] = round(B / res["step_s_lightning_loop"], 2)
     res["dataloader_workers"] = dm.num_workers
     default_workers = dm.num_workers
     for n in workers:  # the same loop with n DataLoader workers, against a bare loop timed right before it
         dm.num_workers = n
-        bare_n = interleaved({"bare": bare_fn}, batches, warmup=1, device=device)["bare"]
+        bare_n = interleaved({"bare": bare_fn}, loop_batches, warmup=1, device=device)["bare"]
         loop_n = lightning_loop(data, dm, device, loop_steps or rounds)
         res[f"step_s_lightning_loop_workers_{n}"] = round(statistics.median(loop_n), 4)
         res[f"step_s_bare_before_workers_{n}"] = round(bare_n, 4)

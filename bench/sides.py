@@ -182,6 +182,12 @@ class StepTimer(L.Callback):
         return [b - a for a, b in zip(self.ends, self.ends[1:])]
 
     @property
+    def gaps(self) -> list[float]:
+        """Seconds from each step's end to the next step's start: fetching the next batch (from a DataLoader worker,
+        or the next collated one), moving it to the device and Lightning's bookkeeping between the two hooks."""
+        return [b - a for a, b in zip(self.ends, self.starts[1:])]
+
+    @property
     def run_step(self) -> float:
         """Mean seconds a step from the end of the first step to the end of the last (both synchronised)."""
         return (self.ends[-1] - self.ends[0]) / max(1, len(self.ends) - 1)
@@ -215,7 +221,8 @@ def cycled(batches: list, steps: int) -> list:
 
 
 def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = True,
-                   sync_each: bool = True, overrides: tuple[str, ...] = (), log_every_step: bool = False) -> list[float]:
+                   sync_each: bool = True, overrides: tuple[str, ...] = (), log_every_step: bool = False,
+                   gaps: list | None = None, sharing: str | None = None) -> list[float]:
     """``Trainer.fit`` of a RetrieverModule for ``steps`` + 1 steps with the trainer a user runs on ``device``
     (``trainer=gpu`` on CUDA: bf16, clipping 1.0, logging to a CSV logger and refreshing the progress bar
     (:func:`multipos.fit.progress_bar`) every 10 steps; ``trainer=default`` elsewhere: every step) → seconds of each
@@ -231,7 +238,9 @@ def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = Tr
 
     ``sync_each=False`` → ``[mean seconds a step]`` (:attr:`StepTimer.run_step`: the device synchronised at the end of
     the first and the last step only). ``overrides``: Hydra overrides of the trainer config, e.g.
-    ``("trainer.log_every_n_steps=10",)`` for a GPU's logging interval on a CPU."""
+    ``("trainer.log_every_n_steps=10",)`` for a GPU's logging interval on a CPU. ``gaps``: a list that receives
+    :attr:`StepTimer.gaps` of the timed steps. ``sharing``: how the DataLoader workers send their tensors
+    (:class:`multipos.data.loader.WorkerInit`'s ``sharing``; None: as a run does)."""
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
     from lightning.pytorch.loggers import CSVLogger
@@ -256,6 +265,19 @@ def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = Tr
     if isinstance(dm, list):
         trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader(cycled(dm, steps), batch_size=None,
                                                                           shuffle=False))
-    else:
+    elif sharing is None:
         trainer.fit(module, datamodule=dm)
+    else:
+        import functools
+
+        import multipos.data.datamodule as datamodule
+
+        real = datamodule.WorkerInit
+        datamodule.WorkerInit = functools.partial(real, sharing=sharing)
+        try:
+            trainer.fit(module, datamodule=dm)
+        finally:
+            datamodule.WorkerInit = real
+    if gaps is not None:
+        gaps.extend(timer.gaps)  # one per timed step: what precedes it
     return timer.steps if sync_each else [timer.run_step]

@@ -111,3 +111,20 @@ def test_gpu_tag(ingest_module):
     assert ingest_module.gpu_tag("NVIDIA H200") == "h200"
     assert ingest_module.gpu_tag("NVIDIA A100-SXM4-80GB") == "a100"
     assert ingest_module.gpu_tag("Tesla T4") == "gpu"
+
+
+def test_a_suite_stopped_before_its_summary_still_names_its_failures(ingest_module):
+    """H6 (2026-11-27): the suite was cut at its time limit before pytest's summary, so its log showed an ``F`` and no
+    test name; with ``-v`` each test's outcome is a line of its own as it ends."""
+    log = ["bringing up nodes...",
+           "[gw1] [  5%] PASSED tests/test_a.py::test_one ",
+           "[gw0] [ 10%] FAILED tests/test_cuda.py::test_two[two_tower] ",
+           "[gw2] [ 15%] SKIPPED tests/test_b.py::test_three ",
+           "[gw3] [ 20%] ERROR tests/test_c.py::test_four ",
+           "[gw1] [ 25%] PASSED tests/test_a.py::test_one ",  # a test named again (the -rA summary) counts once
+           "FAILED tests/test_cuda.py::test_two[two_tower] - AssertionError: assert [(3, ['x.py:1'])] == []"]
+    assert ingest_module.suite_outcomes(log) == {"PASSED": ["tests/test_a.py::test_one"],
+                                                 "FAILED": ["tests/test_cuda.py::test_two[two_tower]"],
+                                                 "SKIPPED": ["tests/test_b.py::test_three"],
+                                                 "ERROR": ["tests/test_c.py::test_four"]}
+    assert ingest_module.suite_outcomes(["....F.... [ 59%]"]) == {}

@@ -14,6 +14,9 @@
 # All three parts (up to 625 s) no longer fit one call: give the suite a call of its own when it must run.
 # The benches come first (since 2026-11-26, after H5), on a machine nothing else has loaded yet: H1's benches started
 # right after the suite at a 1-minute load of 15.5, and the suite is the part that can be cut (SUITE_S) without loss.
+# Since H6 (2026-11-27) bench_speed.py skips the encode phase (encode_vs_st met at H3 and H5; H6's cut came in it) and
+# times, in each round, the loop over the data module's own batches collated beforehand, the loop over the data module,
+# and the same with its workers sending by file descriptor. FIT_S=0 leaves out bench_fit_vs_st.py (met at H5 and H6).
 TRAIN_S=${TRAIN_S:-170} SPEED_S=${SPEED_S:-150} FIT_S=${FIT_S:-55} \
-  SPEED_ARGS="--skip ddp share --no-full-step --loop-steps 30 --loop-rounds 3" bash bench/gpu/call_main.sh
+  SPEED_ARGS="--skip ddp share encode --no-full-step --loop-steps 30 --loop-rounds 3" bash bench/gpu/call_main.sh
 [ "${SUITE_S:-240}" = 0 ] || SUITE_S=${SUITE_S:-240} BENCH=0 bash bench/gpu/call_suite.sh

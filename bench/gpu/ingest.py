@@ -38,8 +38,10 @@ KINDS = {"speed": "speed", "fit_vs_st_train": "fit_vs_st", "paper_scale": "paper
 ARCHIVE = Path("experiments/sweeps/gpu-h100.tar.xz")  # the name the earlier sessions gave it; it holds H200 runs too
 MAIN_SWEEP = "default-cpu-gpu"
 RATIOS = ("step_vs_bare", "step_vs_st_mnrl", "lightning_vs_bare", "lightning_collated_vs_bare",
-          "lightning_unlogged_vs_bare", "lightning_run_vs_bare_run", "lightning_vs_bare_workers_8",
-          "lightning_vs_bare_workers_12", "encode_vs_st", "fit_vs_st_train", "stopped_in")
+          "lightning_descriptors_vs_bare", "gap_s_lightning_collated", "gap_s_lightning_loop",
+          "gap_s_lightning_descriptors", "lightning_unlogged_vs_bare", "lightning_run_vs_bare_run",
+          "lightning_vs_bare_workers_8", "lightning_vs_bare_workers_12", "encode_vs_st", "fit_vs_st_train", "stopped_in")
+OUTCOME = re.compile(r"\b(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (tests/\S+)")
 
 
 def gpu_tag(name: str) -> str:
@@ -127,12 +129,32 @@ def rewrite_archive(repo: Path) -> list[str]:
     return names
 
 
+def suite_outcomes(lines: list[str]) -> dict[str, list[str]]:
+    """Each test's outcome in a pytest log → ``{outcome: [test ids]}`` (PASSED, FAILED, ERROR, SKIPPED, ...), from
+    the lines ``pytest -v`` prints as each test ends (``[gw3] [ 59%] FAILED tests/test_x.py::test_y``, under xdist)
+    and ``-rA``'s summary (``FAILED tests/test_x.py::test_y - reason``); a test named twice counts once, with its
+    last outcome. So a suite stopped by its time limit before its summary still names what failed."""
+    last: dict[str, str] = {}
+    for line in lines:
+        match = OUTCOME.search(line)
+        if match:
+            last[match.group(2)] = match.group(1)
+    out: dict[str, list[str]] = {}
+    for test, outcome in last.items():
+        out.setdefault(outcome, []).append(test)
+    return out
+
+
 def report(unpacked: Path) -> None:
     """Print the suite's counts and failures, ``times.txt`` and the main job's summary of one unpacked call."""
     for log in sorted(unpacked.glob("*/suite.log")):
         lines = log.read_text(errors="replace").splitlines()
         print(f"== {log.parent.name}: suite")
-        for line in [x for x in lines if x.startswith(("FAILED", "ERROR"))][:30] + lines[-2:]:
+        outcomes = suite_outcomes(lines)
+        print("  tests by outcome: " + (", ".join(f"{k} {len(v)}" for k, v in sorted(outcomes.items())) or "none named"))
+        for test in (outcomes.get("FAILED", []) + outcomes.get("ERROR", []))[:30]:
+            print("  not passed: " + test)
+        for line in lines[-2:]:
             print("  " + line)
     for times in sorted(unpacked.glob("*/times.txt")):
         print(f"== {times.parent.name}: times\n  " + "\n  ".join(times.read_text().splitlines()))

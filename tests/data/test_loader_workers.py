@@ -99,6 +99,8 @@ def test_worker_init_switches_the_worker_to_file_names_and_keeps_lightning_s_wor
         monkeypatch.setenv("PL_SEED_WORKERS", "1")  # what seed_everything(workers=True) sets (multipos.train)
         WorkerInit(rank=1)(3)
         assert calls == [(3, 1)]
+        WorkerInit(rank=1, sharing="file_descriptor")(4)  # torch's default, which bench_speed.py times against it
+        assert torch.multiprocessing.get_sharing_strategy() == "file_descriptor" and calls == [(3, 1), (4, 1)]
     finally:
         torch.multiprocessing.set_sharing_strategy(before)
 

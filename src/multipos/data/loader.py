@@ -111,13 +111,16 @@ class WorkerInit:
     A worker where that strategy fails (a torch build without its ``torch_shm_manager``, a shared-memory folder it
     cannot use: tried on one small tensor at the worker's start) keeps file descriptors and logs a warning.
 
-    ``rank``: this process's global rank (Lightning's seeding of the worker depends on it)."""
+    ``rank``: this process's global rank (Lightning's seeding of the worker depends on it). ``sharing``: the strategy
+    the worker switches to: ``file_system`` (by file name), or ``file_descriptor`` (torch's default on Linux), which
+    ``bench/bench_speed.py`` times against it."""
 
     rank: int = 0
+    sharing: str = "file_system"
 
     def __call__(self, worker_id: int) -> None:
         before = torch.multiprocessing.get_sharing_strategy()
-        torch.multiprocessing.set_sharing_strategy("file_system")
+        torch.multiprocessing.set_sharing_strategy(self.sharing)
         try:
             torch.zeros(1).share_memory_()
         except Exception as exc:  # noqa: BLE001 -- any failure keeps torch's default, which works
