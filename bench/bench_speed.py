@@ -20,6 +20,8 @@ Ratios (> 1 = multipos faster), with the targets of issue 9:
   ``lightning_collated_vs_bare``: the Lightning loop over those collated batches (its cost apart from receiving them
   from DataLoader workers); ``lightning_descriptors_vs_bare``: the loop over the data module with its workers sending
   tensors by file descriptor (torch's default) instead of by file name (:class:`multipos.data.loader.WorkerInit`);
+  ``lightning_pinned_vs_bare``: the loop over the data module with the DataLoader's pin-memory thread receiving and
+  pinning each batch (``MultiPosDataModule.pin_memory``; CUDA only: elsewhere the same loop as the default);
   ``gap_s_lightning_<loop>``: the median seconds between one step's end and the next one's start in each loop
   (fetching and moving the batch, Lightning's bookkeeping). Up to H6 (2026-11-27) each round also timed the loop
   without the module's ``self.log`` calls (``lightning_unlogged_vs_bare``: 0.978 against 0.934 logged) and both
@@ -118,23 +120,26 @@ def step_ratios(data, device, bf16: bool, size: dict, res: dict, workers: list[i
     bare_fn, per_round = bare_step(data, device, bf16, G), []
     res["lightning_rounds"] = per_round  # filled round by round: a stopped run still writes the finished rounds
     for _ in range(loop_rounds):
-        gaps = {"collated": [], "loop": [], "descriptors": []}
+        gaps = {"collated": [], "loop": [], "descriptors": [], "pinned": []}
         bare_r = interleaved({"bare": bare_fn}, loop_batches, warmup=1, device=device)["bare"]
         collated_r = statistics.median(lightning_loop(data, loop_batches, device, steps, gaps=gaps["collated"]))
         loop_r = statistics.median(lightning_loop(data, dm, device, steps, gaps=gaps["loop"]))
         descriptors_r = statistics.median(lightning_loop(data, dm, device, steps, gaps=gaps["descriptors"],
                                                          sharing="file_descriptor"))
+        pinned_r = statistics.median(lightning_loop(data, dm, device, steps, gaps=gaps["pinned"],
+                                                    pin_memory=device.type == "cuda"))
         per_round.append({"bare": round(bare_r, 4), "lightning_collated": round(collated_r, 4),
                           "lightning_loop": round(loop_r, 4), "lightning_descriptors": round(descriptors_r, 4),
+                          "lightning_pinned": round(pinned_r, 4),
                           **{f"gap_{k}": round(statistics.median(v), 4) for k, v in gaps.items()}})
     res["loop_batches"] = len(loop_batches)
     res["step_s_lightning_loop"] = round(statistics.median(r["lightning_loop"] for r in per_round), 4)
     res["step_s_lightning_collated"] = round(statistics.median(r["lightning_collated"] for r in per_round), 4)
     res["step_s_bare_for_loop"] = round(statistics.median(r["bare"] for r in per_round), 4)
     res["lightning_vs_bare"] = round(statistics.median(r["bare"] / r["lightning_loop"] for r in per_round), 3)
-    for side in ("lightning_collated", "lightning_descriptors"):
+    for side in ("lightning_collated", "lightning_descriptors", "lightning_pinned"):
         res[f"{side}_vs_bare"] = round(statistics.median(r["bare"] / r[side] for r in per_round), 3)
-    for side in ("collated", "loop", "descriptors"):
+    for side in ("collated", "loop", "descriptors", "pinned"):
         res[f"gap_s_lightning_{side}"] = round(statistics.median(r[f"gap_{side}"] for r in per_round), 4)
     res["queries_per_s_lightning_loop"] = round(B / res["step_s_lightning_loop"], 2)
     res["dataloader_workers"] = dm.num_workers

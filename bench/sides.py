@@ -222,7 +222,7 @@ def cycled(batches: list, steps: int) -> list:
 
 def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = True,
                    sync_each: bool = True, overrides: tuple[str, ...] = (), log_every_step: bool = False,
-                   gaps: list | None = None, sharing: str | None = None) -> list[float]:
+                   gaps: list | None = None, sharing: str | None = None, pin_memory: bool = False) -> list[float]:
     """``Trainer.fit`` of a RetrieverModule for ``steps`` + 1 steps with the trainer a user runs on ``device``
     (``trainer=gpu`` on CUDA: bf16, clipping 1.0, logging to a CSV logger and refreshing the progress bar
     (:func:`multipos.fit.progress_bar`) every 10 steps; ``trainer=default`` elsewhere: every step) → seconds of each
@@ -240,7 +240,8 @@ def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = Tr
     the first and the last step only). ``overrides``: Hydra overrides of the trainer config, e.g.
     ``("trainer.log_every_n_steps=10",)`` for a GPU's logging interval on a CPU. ``gaps``: a list that receives
     :attr:`StepTimer.gaps` of the timed steps. ``sharing``: how the DataLoader workers send their tensors
-    (:class:`multipos.data.loader.WorkerInit`'s ``sharing``; None: as a run does)."""
+    (:class:`multipos.data.loader.WorkerInit`'s ``sharing``; None: as a run does). ``pin_memory``: the DataLoader's
+    pin-memory thread receives and pins the batches (the data module's ``pin_memory`` attribute, for this fit)."""
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
     from lightning.pytorch.loggers import CSVLogger
@@ -265,19 +266,19 @@ def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = Tr
     if isinstance(dm, list):
         trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader(cycled(dm, steps), batch_size=None,
                                                                           shuffle=False))
-    elif sharing is None:
-        trainer.fit(module, datamodule=dm)
     else:
         import functools
 
         import multipos.data.datamodule as datamodule
 
-        real = datamodule.WorkerInit
-        datamodule.WorkerInit = functools.partial(real, sharing=sharing)
+        real, pinned = datamodule.WorkerInit, dm.pin_memory
+        if sharing is not None:
+            datamodule.WorkerInit = functools.partial(real, sharing=sharing)
+        dm.pin_memory = pin_memory
         try:
             trainer.fit(module, datamodule=dm)
         finally:
-            datamodule.WorkerInit = real
+            datamodule.WorkerInit, dm.pin_memory = real, pinned
     if gaps is not None:
         gaps.extend(timer.gaps)  # one per timed step: what precedes it
     return timer.steps if sync_each else [timer.run_step]

@@ -248,3 +248,24 @@ def test_between_logging_steps_the_whole_loop_makes_the_host_wait_nowhere(tiny_b
              for (_, batch_idx, last), warned in tag.steps() if not last]
     assert len(tag.tags) >= 8 and len(waits) >= 6
     assert [(i, w) for i, w in waits[1:] if w] == []
+
+
+def test_a_loader_with_pin_memory_yields_pinned_batches_that_move_to_the_gpu_unchanged(tiny_beir, tiny_bert):
+    """``MultiPosDataModule.pin_memory`` (timed by bench/bench_speed.py): with a worker, the loader's pin-memory
+    thread yields batches whose tensors are page-locked, and :meth:`Batch.to` copies them as they are."""
+    from multipos.data import MultiPosDataModule
+    from multipos.data.sources import BeirGradedSource
+
+    dm = MultiPosDataModule(BeirGradedSource(str(tiny_beir), "qrels-graded/train.s-3.qrel", negative_depth=20),
+                            str(tiny_bert), regime="heterogeneous", group_size=4, max_positives=2, batch_size=2,
+                            num_workers=1)
+    dm.set_stage("heterogeneous", None)
+    dm.setup()
+    dm.pin_memory = True
+    batches = list(dm.train_dataloader())
+    assert batches
+    for batch in batches:
+        tensors = [*batch.query.values(), *batch.passages.values(), batch.positive_mask, batch.negative_mask]
+        assert all(t.is_pinned() for t in tensors)
+        moved = batch.to(CUDA)
+        assert moved.positive_mask.is_cuda and torch.equal(moved.passages["input_ids"].cpu(), batch.passages["input_ids"])

@@ -123,3 +123,24 @@ def test_worker_init_keeps_file_descriptors_where_file_names_fail(monkeypatch, c
         assert "worker 2: tensors by file name failed (RuntimeError: error executing torch_shm_manager)" in caplog.text
     finally:
         torch.multiprocessing.set_sharing_strategy(before)
+
+
+def test_a_loader_with_pin_memory_pins_every_tensor_of_each_batch(tiny_beir, tiny_bert, monkeypatch):
+    """``MultiPosDataModule.pin_memory``: the DataLoader's pin-memory thread calls :meth:`Batch.pin_memory`, which
+    pins every token tensor and both masks and keeps the rest (``Tensor.pin_memory`` is a stand-in here: pinning
+    needs an accelerator; tests/test_cuda.py pins for real)."""
+    from torch.utils.data._utils.pin_memory import pin_memory
+
+    dm = _datamodule(tiny_beir, tiny_bert)
+    assert dm.train_dataloader().pin_memory is False  # the default
+    dm.pin_memory = True
+    assert dm.train_dataloader().pin_memory is True
+    batch = dm.train_dataloader().collate_fn([dm.dataset[(0, 0)], dm.dataset[(1, 0)]])
+    pinned = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self, *a, **k: pinned.append(self) or self.clone())
+    out = pin_memory(batch)  # what the loader's pin-memory thread does with each batch
+    tensors = [*batch.query.values(), *batch.passages.values(), batch.positive_mask, batch.negative_mask]
+    assert len(pinned) == len(tensors) and all(any(p is t for p in pinned) for t in tensors)
+    assert out.query_ids == batch.query_ids and out.passage_ids == batch.passage_ids and out.groups is batch.groups
+    assert torch.equal(out.passages["input_ids"], batch.passages["input_ids"]) and out.passages["input_ids"] is not \
+        batch.passages["input_ids"]

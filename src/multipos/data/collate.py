@@ -32,6 +32,15 @@ class Batch:
     passage_ids: list[str] = None
     groups: list[Group] | None = None
 
+    def pin_memory(self) -> "Batch":
+        """The same batch with its token tensors and masks in page-locked host memory: what a ``DataLoader`` with
+        ``pin_memory=True`` calls, in its pin-memory thread, on each batch it receives from a worker (so the main
+        process's :meth:`to` then copies them without pinning them itself: ``Tensor.pin_memory`` returns a pinned
+        tensor as it is). Raises RuntimeError where no accelerator is available (PyTorch's ``pin_memory``)."""
+        pin = lambda d: None if d is None else {k: v.pin_memory() for k, v in d.items()}  # noqa: E731
+        return Batch(pin(self.query), pin(self.passages), self.positive_mask.pin_memory(),
+                     self.negative_mask.pin_memory(), self.query_ids, self.passage_ids, self.groups)
+
     def to(self, device) -> "Batch":
         """The same batch with its token tensors and masks on ``device`` (ids and groups stay Python objects); what
         Lightning calls to move a batch (:meth:`multipos.data.datamodule.MultiPosDataModule.transfer_batch_to_device`).

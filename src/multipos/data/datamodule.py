@@ -62,6 +62,9 @@ class MultiPosDataModule(L.LightningDataModule):
 
     ``tokenize_passages`` (attribute, default True): set to False by query-side fine-tuning, whose batches carry the
     passages' ids alone (``Batch.passages`` None) because their embeddings come from the frozen passage index.
+    ``pin_memory`` (attribute, default False): the training ``DataLoader``'s own pin-memory thread receives each batch
+    from the workers and pins it (:meth:`Batch.pin_memory`), instead of the main process when it moves the batch;
+    not a config setting yet: ``bench/bench_speed.py`` times it against the default on a GPU (docs/gpu.md).
 
     Every failure of the data is reported before training starts (:meth:`steps_per_epoch`, :meth:`setup`):
     training queries without a positive under the stage's regime are skipped with a warning giving their
@@ -87,6 +90,7 @@ class MultiPosDataModule(L.LightningDataModule):
         self.source, self.tokenizer_name, self.regime, self.name = source, tokenizer, regime, name
         self.stage_regime = regime
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
+        self.pin_memory = False
         self.query_max_length, self.passage_max_length = query_max_length, passage_max_length
         self.single_positive: str | None = None
         self.budget = dict(budget) if budget else None
@@ -269,6 +273,7 @@ class MultiPosDataModule(L.LightningDataModule):
         return ResumableLoader(self.dataset, batch_size=self.batch_size, sampler=sampler,
                                drop_last=len(sampler) >= self.batch_size, collate_fn=self.collator(),
                                num_workers=self.num_workers, persistent_workers=self.num_workers > 0, progress=progress,
+                               pin_memory=self.pin_memory,
                                multiprocessing_context=worker_start_method(self.num_workers),
                                worker_init_fn=WorkerInit(ranks[1]) if self.num_workers > 0 else None,
                                generator=torch.Generator().manual_seed(self.seed))
