@@ -26,6 +26,9 @@ Ratios (> 1 = multipos faster), with the targets of issue 9:
   (fetching and moving the batch, Lightning's bookkeeping). Up to H6 (2026-11-27) each round also timed the loop
   without the module's ``self.log`` calls (``lightning_unlogged_vs_bare``: 0.978 against 0.934 logged) and both
   loops synchronised only at their ends (``lightning_run_vs_bare_run``: 0.832 against 0.842 per step);
+* ``profile_bare_step``: the bare step over 6 of those batches under ``torch.profiler`` (``common.profile_steps``):
+  seconds a step of device kernels against the step's wall time, and the operators that take the most host and
+  device time;
 * ``encode_vs_st`` = sentence-transformers ``encode`` time / multipos ``encode`` time (≥ 1.2), same passages,
   batch size and truncation; each side in its own default precision (multipos: bf16 where native; ST: fp32);
   ``encode_tokenize_s`` against ``encode_s_multipos``: the tokenizer alone over the same windows, against the whole
@@ -63,7 +66,7 @@ import time
 from pathlib import Path
 
 import torch
-from common import append_result, bench_data, interleaved, machine_info, pick_device, sync
+from common import append_result, bench_data, interleaved, machine_info, pick_device, profile_steps, sync
 
 OUT = Path(__file__).resolve().parent / "results" / "speed.jsonl"
 SIZES = {
@@ -133,6 +136,9 @@ def step_ratios(data, device, bf16: bool, size: dict, res: dict, workers: list[i
                           "lightning_pinned": round(pinned_r, 4),
                           **{f"gap_{k}": round(statistics.median(v), 4) for k, v in gaps.items()}})
     res["loop_batches"] = len(loop_batches)
+    # where the bare step's time goes on this machine: the device's kernels, or the host (H6's steps took twice H5's on
+    # the same kind of card, which a device-bound step would not)
+    res["profile_bare_step"] = profile_steps(bare_fn, loop_batches[:6], device)
     res["step_s_lightning_loop"] = round(statistics.median(r["lightning_loop"] for r in per_round), 4)
     res["step_s_lightning_collated"] = round(statistics.median(r["lightning_collated"] for r in per_round), 4)
     res["step_s_bare_for_loop"] = round(statistics.median(r["bare"] for r in per_round), 4)

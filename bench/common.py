@@ -169,3 +169,37 @@ def bench_data() -> BenchData:
     qrels = read_qrels(data / "qrels" / "train.tsv")
     queries = [(q, texts[q], next(iter(docs))) for q, docs in qrels.items() if docs and texts.get(q)]
     return BenchData(str(model), {p: corpus[p].full_text() for p in corpus.ids}, queries, real=True)
+
+
+def profile_steps(fn, inputs: list, device) -> dict:
+    """``fn(x)`` over ``inputs`` (after one untimed call on ``inputs[0]``) under ``torch.profiler``, the device
+    synchronised after each call → where a step's time goes:
+
+    * ``wall_s``: seconds a step (profiler overhead included);
+    * ``device_busy_s``: seconds a step of kernels on the device (the sum of every event's self device time; one
+      stream, so they do not overlap): ``wall_s`` well above it means the device waits for the host;
+    * ``host_op_s``: seconds a step the host spends inside PyTorch operators (the sum of every event's self CPU time,
+      all threads); the rest of ``wall_s`` is Python between the operators and waiting for the device;
+    * ``top_host`` / ``top_device``: the 8 operators with the most self CPU / self device time, milliseconds a step.
+
+    On a CPU ``device_busy_s`` is 0 and only the host columns mean anything."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    fn(inputs[0])
+    sync(device)
+    start = time.perf_counter()
+    with profile(activities=activities) as prof:
+        for x in inputs:
+            fn(x)
+            sync(device)
+    wall = (time.perf_counter() - start) / len(inputs)
+    events = prof.key_averages()
+    dev = lambda e: getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)) or 0  # noqa: E731
+    per_step_ms = lambda us: round(us / 1000 / len(inputs), 3)  # noqa: E731
+    return {"steps": len(inputs), "wall_s": round(wall, 4),
+            "device_busy_s": round(sum(dev(e) for e in events) / 1e6 / len(inputs), 4),
+            "host_op_s": round(sum(e.self_cpu_time_total for e in events) / 1e6 / len(inputs), 4),
+            "top_host": {e.key: per_step_ms(e.self_cpu_time_total)
+                         for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:8]},
+            "top_device": {e.key: per_step_ms(dev(e)) for e in sorted(events, key=lambda e: -dev(e))[:8] if dev(e)}}

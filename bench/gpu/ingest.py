@@ -40,7 +40,7 @@ MAIN_SWEEP = "default-cpu-gpu"
 RATIOS = ("step_vs_bare", "step_vs_st_mnrl", "lightning_vs_bare", "lightning_collated_vs_bare",
           "lightning_descriptors_vs_bare", "lightning_pinned_vs_bare", "gap_s_lightning_collated",
           "gap_s_lightning_loop", "gap_s_lightning_descriptors", "gap_s_lightning_pinned", "lightning_unlogged_vs_bare",
-          "lightning_run_vs_bare_run",
+          "lightning_run_vs_bare_run", "profile_bare_step",
           "lightning_vs_bare_workers_8", "lightning_vs_bare_workers_12", "encode_vs_st", "fit_vs_st_train", "stopped_in")
 OUTCOME = re.compile(r"\b(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (tests/\S+)")
 
