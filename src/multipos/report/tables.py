@@ -239,9 +239,10 @@ def render_table(runs: Sequence[RunResult], sets: Sequence[str] | None = None, m
     n_seeds = sorted({r.n for r in rows})
     seeded = n_seeds[-1] > 1
     if seeded:
-        pm, dash = ("±", "–") if fmt == "markdown" else (r"$\pm$", "--")
-        k = str(n_seeds[0]) if len(n_seeds) == 1 else f"{n_seeds[0]}{dash}{n_seeds[-1]}"
-        notes.append(f"mean {pm} sample standard deviation over {k} seeds")
+        pm = "±" if fmt == "markdown" else r"$\pm$"
+        fewer = [f"{row_label(r, row_key)}: {r.n}" for r in rows if r.n < n_seeds[-1]]  # rows short of seeds, named
+        notes.append(f"mean {pm} sample standard deviation over {n_seeds[-1]} seeds"
+                     + (esc(f" ({', '.join(fewer)})") if fewer else ""))
     if significance:
         notes.append(_legend(baselines, alpha, fmt, seeded))
     for b, labels in unmatched.items():
