@@ -136,9 +136,6 @@ def step_ratios(data, device, bf16: bool, size: dict, res: dict, workers: list[i
                           "lightning_pinned": round(pinned_r, 4),
                           **{f"gap_{k}": round(statistics.median(v), 4) for k, v in gaps.items()}})
     res["loop_batches"] = len(loop_batches)
-    # where the bare step's time goes on this machine: the device's kernels, or the host (H6's steps took twice H5's on
-    # the same kind of card, which a device-bound step would not)
-    res["profile_bare_step"] = profile_steps(bare_fn, loop_batches[:6], device)
     res["step_s_lightning_loop"] = round(statistics.median(r["lightning_loop"] for r in per_round), 4)
     res["step_s_lightning_collated"] = round(statistics.median(r["lightning_collated"] for r in per_round), 4)
     res["step_s_bare_for_loop"] = round(statistics.median(r["bare"] for r in per_round), 4)
@@ -148,6 +145,14 @@ def step_ratios(data, device, bf16: bool, size: dict, res: dict, workers: list[i
     for side in ("collated", "loop", "descriptors", "pinned"):
         res[f"gap_s_lightning_{side}"] = round(statistics.median(r[f"gap_{side}"] for r in per_round), 4)
     res["queries_per_s_lightning_loop"] = round(B / res["step_s_lightning_loop"], 2)
+    # where the bare step's time goes on this machine: the device's kernels, or the host (H6's steps took twice H5's on
+    # the same kind of card, which a device-bound step would not). After the ratios: a profiler fault loses only itself
+    try:
+        res["profile_bare_step"] = profile_steps(bare_fn, loop_batches[:6], device)
+    except Stopped:
+        raise
+    except Exception as exc:  # noqa: BLE001 -- recorded in the line, the rest of the bench goes on
+        res["profile_bare_step"] = {"error": f"{type(exc).__name__}: {exc}"}
     res["dataloader_workers"] = dm.num_workers
     default_workers = dm.num_workers
     for n in workers:  # the same loop with n DataLoader workers, against a bare loop timed right before it
