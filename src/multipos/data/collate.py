@@ -32,24 +32,25 @@ class Batch:
     passage_ids: list[str] = None
     groups: list[Group] | None = None
 
+    def _map(self, fn) -> "Batch":
+        """The same batch with ``fn`` applied to each token tensor and both masks (ids and groups as they are)."""
+        tokens = lambda d: None if d is None else {k: fn(v) for k, v in d.items()}  # noqa: E731
+        return Batch(tokens(self.query), tokens(self.passages), fn(self.positive_mask), fn(self.negative_mask),
+                     self.query_ids, self.passage_ids, self.groups)
+
     def pin_memory(self) -> "Batch":
         """The same batch with its token tensors and masks in page-locked host memory: what a ``DataLoader`` with
         ``pin_memory=True`` calls, in its pin-memory thread, on each batch it receives from a worker (so the main
         process's :meth:`to` then copies them without pinning them itself: ``Tensor.pin_memory`` returns a pinned
         tensor as it is). Raises RuntimeError where no accelerator is available (PyTorch's ``pin_memory``)."""
-        pin = lambda d: None if d is None else {k: v.pin_memory() for k, v in d.items()}  # noqa: E731
-        return Batch(pin(self.query), pin(self.passages), self.positive_mask.pin_memory(),
-                     self.negative_mask.pin_memory(), self.query_ids, self.passage_ids, self.groups)
+        return self._map(torch.Tensor.pin_memory)
 
     def to(self, device) -> "Batch":
         """The same batch with its token tensors and masks on ``device`` (ids and groups stay Python objects); what
         Lightning calls to move a batch (:meth:`multipos.data.datamodule.MultiPosDataModule.transfer_batch_to_device`).
         To a CUDA device the copies are pinned and non-blocking (:func:`multipos.transfer.to_device`): the host does not
         wait for the previous step's kernels."""
-        mv = lambda d: None if d is None else {k: to_device(v, device) for k, v in d.items()}  # noqa: E731
-        return Batch(mv(self.query), mv(self.passages), to_device(self.positive_mask, device),
-                     to_device(self.negative_mask, device),
-                     self.query_ids, self.passage_ids, self.groups)
+        return self._map(lambda t: to_device(t, device))
 
 
 @dataclass
