@@ -76,7 +76,8 @@ test-slow: install
 
 ## Benchmarks, appended to bench/results/{speed,search}.jsonl: multipos vs a bare PyTorch step, sentence-transformers
 ## MNRL and encode, the Lightning loop, objective share, DDP/GradCache (bench_speed.py); FAISS index kinds and
-## sharded search (bench_search.py); query-side vs two-tower step per training query (bench_query_side.py); one-thread
+## sharded search (bench_search.py); query-side vs two-tower step per training query (bench_query_side.py); what the
+## main process pays per batch from a DataLoader worker, groups and staging copy (bench_batch_receive.py); one-thread
 ## runs side by side vs one run on every core, a study's step and make train's (bench_parallel_runs.py, CPU only:
 ## launcher=parallel).
 ## Quick sizes on a CPU, full sizes on CUDA. make bench ARGS="--threads 1"
@@ -85,6 +86,7 @@ bench: install
 	$(BIN)/python bench/bench_search.py
 	$(BIN)/python bench/bench_query_side.py
 	$(BIN)/python bench/bench_loop_logging.py
+	$(BIN)/python bench/bench_batch_receive.py
 	$(BIN)/python bench/bench_parallel_runs.py
 	$(BIN)/python bench/bench_parallel_runs.py --step main --side-by-side 2,3 --bf16
 

@@ -9,6 +9,7 @@ never needs a GPU). Issue "The GPU path, proven on a GPU", item 1:
   is captured and restored per chunk), for every objective;
 * the exact full-corpus reduction (``passages.candidates=corpus``) on CUDA, bf16 index, equals the unchunked
   [B, N] computation, masks built on the scores' device;
+* :func:`multipos.transfer.pinned` stages every dtype in page-locked memory and ``to_device`` copies it exactly;
 * ``train.py``'s job end to end with ``trainer=gpu`` (bf16-mixed): two-tower with dense hard negatives, and
   query-side with every corpus passage a candidate and GradCache — finite metrics, CUDA recorded in run_info.
 
@@ -269,3 +270,17 @@ def test_a_loader_with_pin_memory_yields_pinned_batches_that_move_to_the_gpu_unc
         assert all(t.is_pinned() for t in tensors)
         moved = batch.to(CUDA)
         assert moved.positive_mask.is_cuda and torch.equal(moved.passages["input_ids"].cpu(), batch.passages["input_ids"])
+
+
+def test_pinned_stages_each_dtype_in_page_locked_memory_and_to_device_copies_it_exactly():
+    """:func:`multipos.transfer.pinned` (NumPy's copy for the dtypes NumPy holds, ``Tensor.pin_memory`` for bfloat16)
+    and :func:`multipos.transfer.to_device` on a real pinned allocator."""
+    from multipos.transfer import pinned, to_device
+
+    for t in (torch.arange(24).reshape(4, 6), torch.arange(24).reshape(4, 6).T, torch.rand(3, 4) > 0.5,
+              torch.randn(3, 4).to(torch.bfloat16), torch.arange(12, dtype=torch.int32)[::3]):
+        p = pinned(t)
+        assert p.is_pinned() and p.dtype == t.dtype and torch.equal(p, t)
+        assert pinned(p) is p
+        moved = to_device(t, CUDA)
+        assert moved.is_cuda and torch.equal(moved.cpu(), t)

@@ -187,6 +187,22 @@ def test_two_gloo_processes_equal_one_process_on_the_union_batch(tiny_bert, tmp_
           "max |grad diff|", max(d["grad"] for d in report.values()))
 
 
+def test_two_tower_batches_need_their_groups_only_across_processes(tiny_bert):
+    """:meth:`RetrieverModule.needs_batch_groups`: one process masks with the batch's own masks (no groups); several
+    need every query's judged passages for the global masks. (``candidates=corpus`` needs them in one process too:
+    the query-side jobs of tests/test_query_side.py and tests/test_host_sync.py train with them.)"""
+    from types import SimpleNamespace
+
+    from multipos.losses import ContrastiveLoss
+    from multipos.module import RetrieverModule
+
+    module = RetrieverModule(tiny_encoder(tiny_bert), ContrastiveLoss("lsepair"))
+    assert module.needs_batch_groups() is False  # no trainer: one process
+    for world_size, needed in ((1, False), (2, True)):
+        module._trainer = SimpleNamespace(world_size=world_size)
+        assert module.needs_batch_groups() is needed
+
+
 def test_one_process_layout_needs_no_process_group():
     from multipos.distributed import batch_layout, gather_with_grad, world
 

@@ -106,6 +106,11 @@ def test_bad_input_names_the_folder_or_the_file_and_line(ingest_module, tmp_path
     assert not (tmp_path / "repo").exists()  # the first, good line was not written either
 
 
+def test_the_batch_receive_bench_goes_with_the_speed_lines(ingest_module):
+    line = json.dumps({"time": "2026-11-28T10:00:00", "gpu": "NVIDIA H200", "bench": "batch_receive"})
+    assert ingest_module.route(line, "x:1") == Path("bench/results/gpu/2026-11-28-h200-speed.jsonl")
+
+
 def test_gpu_tag(ingest_module):
     assert ingest_module.gpu_tag("NVIDIA H100 80GB HBM3") == "h100"
     assert ingest_module.gpu_tag("NVIDIA H200") == "h200"

@@ -34,13 +34,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 TARBALLS = ("suite.tar.gz", "main.tar.gz", "studies.tar.gz")
-KINDS = {"speed": "speed", "fit_vs_st_train": "fit_vs_st", "paper_scale": "paper_scale"}
+KINDS = {"speed": "speed", "batch_receive": "speed", "fit_vs_st_train": "fit_vs_st", "paper_scale": "paper_scale"}
 ARCHIVE = Path("experiments/sweeps/gpu-h100.tar.xz")  # the name the earlier sessions gave it; it holds H200 runs too
 MAIN_SWEEP = "default-cpu-gpu"
 RATIOS = ("step_vs_bare", "step_vs_st_mnrl", "lightning_vs_bare", "lightning_collated_vs_bare",
           "lightning_descriptors_vs_bare", "lightning_pinned_vs_bare", "gap_s_lightning_collated",
           "gap_s_lightning_loop", "gap_s_lightning_descriptors", "gap_s_lightning_pinned", "lightning_unlogged_vs_bare",
-          "lightning_run_vs_bare_run", "profile_bare_step",
+          "lightning_run_vs_bare_run", "profile_bare_step", "receive_groups_vs_no_groups", "stage_torch_vs_one_thread",
           "lightning_vs_bare_workers_8", "lightning_vs_bare_workers_12", "encode_vs_st", "fit_vs_st_train", "stopped_in")
 OUTCOME = re.compile(r"\b(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (tests/\S+)")
 

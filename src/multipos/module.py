@@ -256,6 +256,15 @@ class RetrieverModule(L.LightningModule):
             scheduler.step()
         return loss, extra
 
+    def needs_batch_groups(self) -> bool:
+        """Whether a training batch must carry its groups (``Batch.groups``, the data module's loader asks): for the
+        masks over the global batch when several processes train (:func:`multipos.distributed.global_masks`), and
+        for the judged passages of every query when every corpus passage is a candidate (``candidates=corpus``).
+        Otherwise the batches leave them in the DataLoader workers, which saves the main process rebuilding them
+        (:class:`multipos.data.collate.GroupCollator`)."""
+        world_size = self.trainer.world_size if self._trainer is not None else 1
+        return world_size > 1 or self.candidates == "corpus"
+
     def on_fit_start(self) -> None:
         """CPU training in one process: the trained encoders' word embeddings get row-sparse gradients written
         into a kept dense buffer (:mod:`multipos.embedding_gradients`; the same gradient, bit for bit, without a

@@ -5,7 +5,9 @@ without the data module, whose trainer does not (seen on the H200 with ``launche
 from __future__ import annotations
 
 import pickle
+from types import SimpleNamespace
 
+import pytest
 import torch
 from torch.utils.data import DataLoader
 
@@ -127,8 +129,9 @@ def test_worker_init_keeps_file_descriptors_where_file_names_fail(monkeypatch, c
 
 def test_a_loader_with_pin_memory_pins_every_tensor_of_each_batch(tiny_beir, tiny_bert, monkeypatch):
     """``MultiPosDataModule.pin_memory``: the DataLoader's pin-memory thread calls :meth:`Batch.pin_memory`, which
-    pins every token tensor and both masks and keeps the rest (``Tensor.pin_memory`` is a stand-in here: pinning
-    needs an accelerator; tests/test_cuda.py pins for real)."""
+    pins every token tensor and both masks (:func:`multipos.transfer.pinned`) and keeps the rest (a stand-in for
+    ``pinned`` here: pinning needs an accelerator; tests/test_cuda.py pins for real)."""
+    import multipos.data.collate as collate
     from torch.utils.data._utils.pin_memory import pin_memory
 
     dm = _datamodule(tiny_beir, tiny_bert)
@@ -137,10 +140,28 @@ def test_a_loader_with_pin_memory_pins_every_tensor_of_each_batch(tiny_beir, tin
     assert dm.train_dataloader().pin_memory is True
     batch = dm.train_dataloader().collate_fn([dm.dataset[(0, 0)], dm.dataset[(1, 0)]])
     pinned = []
-    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self, *a, **k: pinned.append(self) or self.clone())
+    monkeypatch.setattr(collate, "pinned", lambda t: pinned.append(t) or t.clone())
     out = pin_memory(batch)  # what the loader's pin-memory thread does with each batch
     tensors = [*batch.query.values(), *batch.passages.values(), batch.positive_mask, batch.negative_mask]
     assert len(pinned) == len(tensors) and all(any(p is t for p in pinned) for t in tensors)
     assert out.query_ids == batch.query_ids and out.passage_ids == batch.passage_ids and out.groups is batch.groups
     assert torch.equal(out.passages["input_ids"], batch.passages["input_ids"]) and out.passages["input_ids"] is not \
         batch.passages["input_ids"]
+
+
+@pytest.mark.parametrize("needs", [None, False, True], ids=["no_answer", "not_needed", "needed"])
+def test_batches_carry_their_groups_unless_the_trainer_s_module_needs_none(tiny_beir, tiny_bert, needs):
+    """``needs_batch_groups()`` of the trainer's module (:meth:`multipos.module.RetrieverModule.needs_batch_groups`):
+    False leaves the groups in the worker; a module that does not answer, or no trainer, keeps them. Everything
+    else in the batch is the same."""
+    dm = _datamodule(tiny_beir, tiny_bert)
+    keys = [dm.dataset[(0, 0)], dm.dataset[(1, 0)]]
+    kept = dm.train_dataloader().collate_fn(keys)  # no trainer
+    module = SimpleNamespace() if needs is None else SimpleNamespace(needs_batch_groups=lambda: needs)
+    dm.trainer = SimpleNamespace(lightning_module=module, world_size=1, global_rank=0, current_epoch=0)
+    batch = pickle.loads(pickle.dumps(dm.train_dataloader().collate_fn(keys)))  # as a worker sends it
+    assert kept.groups == keys
+    assert batch.groups == (None if needs is False else keys)
+    assert batch.query_ids == kept.query_ids and batch.passage_ids == kept.passage_ids
+    assert torch.equal(batch.positive_mask, kept.positive_mask) and torch.equal(batch.negative_mask, kept.negative_mask)
+    assert torch.equal(batch.passages["input_ids"], kept.passages["input_ids"])

@@ -9,7 +9,7 @@ import torch
 from multipos.data.groups import Group, group_masks
 from multipos.data.passage_tokens import PassageTokens
 from multipos.model import ENCODER_INPUTS
-from multipos.transfer import to_device
+from multipos.transfer import pinned, to_device
 
 
 @dataclass
@@ -21,7 +21,9 @@ class Batch:
     looked up in a frozen passage index instead of encoded (query-side fine-tuning, :mod:`multipos.passage_index`);
     positive_mask / negative_mask: bool [B, B·G] (see :func:`multipos.data.groups.group_masks`);
     query_ids: [B]; passage_ids: [B·G], the id of each column; groups: the B groups (judged passages per query,
-    for the masks over a global batch in data-parallel training, :mod:`multipos.distributed`).
+    for the masks over a global batch in data-parallel training, :mod:`multipos.distributed`, and for every corpus
+    passage a candidate, :mod:`multipos.corpus_candidates`), or None where the training module needs neither
+    (:meth:`multipos.module.RetrieverModule.needs_batch_groups`).
     """
 
     query: dict[str, torch.Tensor]
@@ -42,8 +44,9 @@ class Batch:
         """The same batch with its token tensors and masks in page-locked host memory: what a ``DataLoader`` with
         ``pin_memory=True`` calls, in its pin-memory thread, on each batch it receives from a worker (so the main
         process's :meth:`to` then copies them without pinning them itself: ``Tensor.pin_memory`` returns a pinned
-        tensor as it is). Raises RuntimeError where no accelerator is available (PyTorch's ``pin_memory``)."""
-        return self._map(torch.Tensor.pin_memory)
+        tensor as it is). Each copy is made by that thread alone (:func:`multipos.transfer.pinned`). Raises
+        RuntimeError where no accelerator is available (PyTorch's pinned allocator)."""
+        return self._map(pinned)
 
     def to(self, device) -> "Batch":
         """The same batch with its token tensors and masks on ``device`` (ids and groups stay Python objects); what
@@ -58,7 +61,11 @@ class GroupCollator:
     """Groups → :class:`Batch`: queries tokenised to [B, Lq] (``query_prompt`` first, at most ``query_max_length``
     tokens), the B·G passages to [B·G, Lp] unless ``tokenize_passages`` is False (query-side fine-tuning looks them
     up by id), and the [B, B·G] positive / negative masks (:func:`multipos.data.groups.group_masks`). With
-    ``passage_tokens`` the passages' token ids come from that store (tokenised once; the same tensors). Only the
+    ``passage_tokens`` the passages' token ids come from that store (tokenised once; the same tensors).
+    ``keep_groups=False``: the batch leaves its groups behind (``Batch.groups`` None). A DataLoader worker sends every
+    object a batch holds to the main process, and the main process rebuilds it: the groups of a B=64 × G=8 NFCorpus
+    batch (their judged passages, about 40 ids a query) took the main process's time to receive the batch from 1.35 to
+    1.9 ms (``bench/bench_batch_receive.py``, 2-core AMD EPYC, 2026-11-27). Only the
     inputs the encoders read are kept (:data:`multipos.model.ENCODER_INPUTS`): each tensor a batch carries costs
     the main process about 0.2 ms to receive from a DataLoader worker (2-core EPYC, 2026-11-26) and a copy to the GPU.
 
@@ -74,6 +81,7 @@ class GroupCollator:
     passage_max_length: int = 128
     tokenize_passages: bool = True
     passage_tokens: PassageTokens | None = None
+    keep_groups: bool = True
 
     def __call__(self, groups: list[Group]) -> Batch:
         positive_mask, negative_mask = group_masks(groups)
@@ -88,4 +96,4 @@ class GroupCollator:
                                return_tensors="pt")
         inputs = lambda t: None if t is None else {k: t[k] for k in ENCODER_INPUTS}  # noqa: E731
         return Batch(inputs(q), inputs(p), positive_mask, negative_mask, [g.query_id for g in groups],
-                     [p for g in groups for p in g.passage_ids], list(groups))
+                     [p for g in groups for p in g.passage_ids], list(groups) if self.keep_groups else None)

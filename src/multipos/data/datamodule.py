@@ -208,13 +208,14 @@ class MultiPosDataModule(L.LightningDataModule):
         """Tokenise a list of groups and build the [B, B·G] masks (:class:`GroupCollator` with today's settings)."""
         return self.collator()(groups)
 
-    def collator(self) -> "GroupCollator":
+    def collator(self, keep_groups: bool = True) -> "GroupCollator":
         """The collate function of the training loader: the tokenizer, corpus, prompts and lengths, without the
         data module (whose trainer does not pickle), so DataLoader workers started by ``spawn`` or ``forkserver``
-        receive it. Two-tower batches take their passages' token ids from :meth:`passage_tokens`."""
+        receive it. Two-tower batches take their passages' token ids from :meth:`passage_tokens`. ``keep_groups``:
+        whether each batch carries its groups (:class:`GroupCollator`)."""
         return GroupCollator(self.tokenizer, self.corpus, self.query_prompt, self.passage_prompt,
                              self.query_max_length, self.passage_max_length, self.tokenize_passages,
-                             self.passage_tokens() if self.tokenize_passages else None)
+                             self.passage_tokens() if self.tokenize_passages else None, keep_groups)
 
     def passage_tokens(self) -> PassageTokens | None:
         """The store of the passages the current stage's groups draw from (every kept query's positives and hard
@@ -257,13 +258,17 @@ class MultiPosDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         """Loader over the current stage's groups; raises ValueError when ``data.tokenizer`` has more tokens than
-        the trained model's embedding rows (:func:`multipos.tokenization.check_tokenizer`)."""
-        model = getattr(getattr(self.trainer, "lightning_module", None), "model", None) if self.trainer else None
+        the trained model's embedding rows (:func:`multipos.tokenization.check_tokenizer`). Its batches carry their
+        groups unless the trainer's module says it does not need them (``needs_batch_groups()`` False:
+        :meth:`multipos.module.RetrieverModule.needs_batch_groups`)."""
+        module = getattr(self.trainer, "lightning_module", None) if self.trainer else None
+        model = getattr(module, "model", None)
         if model is not None and hasattr(model, "query_encoder"):
             from multipos.tokenization import check_tokenizer
 
             check_tokenizer(self.tokenizer, model.query_encoder, f"data.tokenizer={self.tokenizer_name}")
         ranks = (self.trainer.world_size, self.trainer.global_rank) if self.trainer is not None else (1, 0)
+        keep_groups = bool(module.needs_batch_groups()) if hasattr(module, "needs_batch_groups") else True
         sampler = EpochSampler(len(self.dataset), self.seed, num_replicas=ranks[0], rank=ranks[1])
         if self.trainer is not None:
             sampler.set_epoch(self.trainer.current_epoch)
@@ -271,7 +276,7 @@ class MultiPosDataModule(L.LightningDataModule):
         progress = (lambda: trainer.fit_loop.epoch_loop.batch_progress.current.processed) if trainer is not None else None
         # its own generator: creating the iterator draws no number from the global RNG (dropout after a resume)
         return ResumableLoader(self.dataset, batch_size=self.batch_size, sampler=sampler,
-                               drop_last=len(sampler) >= self.batch_size, collate_fn=self.collator(),
+                               drop_last=len(sampler) >= self.batch_size, collate_fn=self.collator(keep_groups),
                                num_workers=self.num_workers, persistent_workers=self.num_workers > 0, progress=progress,
                                pin_memory=self.pin_memory,
                                multiprocessing_context=worker_start_method(self.num_workers),
