@@ -13,8 +13,8 @@ The staging copy into pinned memory is made by the calling thread alone (:func:`
 (``Tensor.pin_memory``, ``copy_``) splits a tensor of more than 32,768 elements over its intra-op (OpenMP) threads, and
 those threads sleep while the main process waits for the device; waking them can cost far more than the copy.
 Staging the token tensors and masks of a B=64 × G=8 NFCorpus batch received from a DataLoader worker, 30 ms after the
-last copy, took a median of 1.4 ms (90th percentile 9.8 ms) with PyTorch's copy over two threads and 0.36 ms
-(0.43 ms) in one thread (``bench/bench_batch_receive.py``, 2-core AMD EPYC, 2026-11-27).
+last copy, took medians of 1.4, 2.8 and 9.4 ms in three runs (90th percentiles 9.8–9.9 ms) with PyTorch's copy over
+two threads, and 0.20–0.36 ms in one thread (``bench/bench_batch_receive.py``, 2-core AMD EPYC, 2026-11-27).
 
 The other kind of stall, a device value read back to the host (``.item()``, ``bool(t)``, a boolean index), is kept
 out of the training step by design; ``tests/test_host_sync.py`` checks both on the CPU, and on a GPU.
