@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from multipos.hardware import native_bf16
 from multipos.model import DualEncoder
+from multipos.transfer import to_device
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,8 @@ def encode(
     ``overlap``: tokenise the next window in a background thread while the device encodes this one (the embeddings
     are the same); ``None`` (default) does so on CUDA, where the GPU otherwise waits for the tokenizer, and not on a
     CPU, whose cores the model already uses. The log line says how long tokenising took and how long encoding
-    waited for it.
+    waited for it. Each batch goes to a CUDA device pinned and non-blocking (:func:`multipos.transfer.to_device`), so
+    the host queues the next batch while the device encodes this one; it waits once per window, for its embeddings.
 
     ``out``: optional preallocated float32 array [len(texts), H] (e.g. an ``np.lib.format.open_memmap``
     file) that is filled batch by batch and returned, so a huge corpus never exists twice in RAM.
@@ -161,7 +163,8 @@ def encode(
                 for start in range(0, len(idx), batch_size):
                     batch = trim_padding({k: v[start : start + batch_size] for k, v in tokens.items()}, side)
                     with autocast_context(device, bf16):
-                        embs.append(fn({k: v.to(device) for k, v in batch.items()}).float())
+                        # pinned, non-blocking copies: the host queues the next batch while the device encodes
+                        embs.append(fn({k: to_device(v, device) for k, v in batch.items()}).float())
                     bar.update(1)
                 out[idx] = torch.cat(embs).cpu().numpy()  # one device-to-host copy (and wait) per window
     finally:
