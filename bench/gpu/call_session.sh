@@ -17,6 +17,8 @@
 # Since H6 (2026-11-27) bench_speed.py skips the encode phase (encode_vs_st met at H3 and H5; H6's cut came in it) and
 # times, in each round, the loop over the data module's own batches collated beforehand, the loop over the data module,
 # and the same with its workers sending by file descriptor. FIT_S=0 leaves out bench_fit_vs_st.py (met at H5 and H6).
+# SPEED_ARGS (environment) replaces bench_speed.py's options, e.g. the encode phase alone: SUITE_S=0 TRAIN_S=0 FIT_S=0
+# RECEIVE_S=0 SPEED_S=90 SPEED_ARGS="--skip ddp share steps collate" bash bench/gpu/call_session.sh
 TRAIN_S=${TRAIN_S:-170} SPEED_S=${SPEED_S:-150} FIT_S=${FIT_S:-55} \
-  SPEED_ARGS="--skip ddp share encode --no-full-step --loop-steps 30 --loop-rounds 3" bash bench/gpu/call_main.sh
+  SPEED_ARGS="${SPEED_ARGS:---skip ddp share encode --no-full-step --loop-steps 30 --loop-rounds 3}" bash bench/gpu/call_main.sh
 [ "${SUITE_S:-240}" = 0 ] || SUITE_S=${SUITE_S:-240} BENCH=0 bash bench/gpu/call_suite.sh
