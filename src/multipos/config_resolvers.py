@@ -7,7 +7,7 @@ resolves a run's saved config (:func:`multipos.report.runs.config_node`) and by 
 
 ``${basename:<path>}`` → last path component (run names of evaluate.py); ``${auto_precision:}``,
 ``${auto_bf16:}``, ``${auto_workers:}``, ``${cores_per_job:<n>}`` → :mod:`multipos.hardware`; ``${sweep_dir:…}`` → :func:`sweep_dir`;
-``${optuna_storage:…}`` → :func:`optuna_storage`; ``${beir_sets:<paths>,<split>,<metrics>}`` → one eval-set config
+``${optuna_storage:…}`` → :func:`optuna_storage`; ``${optuna_seed:…}`` → :func:`optuna_seed`; ``${beir_sets:<paths>,<split>,<metrics>}`` → one eval-set config
 per BEIR folder (conf/eval/beir.yaml).
 """
 
@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from multipos.hardware import auto_log_interval, auto_precision, auto_workers, cores_per_job, native_bf16
 
-__all__ = ["register_resolvers", "register_eval_sets", "sweep_dir", "optuna_storage"]
+__all__ = ["register_resolvers", "register_eval_sets", "sweep_dir", "optuna_storage", "optuna_seed"]
 
 
 def _beir_sets(paths, split="test", metrics=("ndcg@10",)):
@@ -41,6 +41,23 @@ def optuna_storage(sweep_dir: str) -> str:
     return f"sqlite:///{folder / 'optuna.db'}"
 
 
+def optuna_seed(base: int, sweep_dir: str, study_name: str) -> int:
+    """Seed of the Optuna sampler of a study kept in ``sweep_dir`` (:func:`optuna_storage`): ``base`` plus the number
+    of trials, of any state, that the stored study ``study_name`` already holds (``base`` for a new study).
+
+    A seeded sampler starts its random sequence again in every process, so a continued study seeded with ``base`` alone
+    proposes its first trials again: their runs are read back as finished, the study records them a second time, and
+    no new point is tried (seen on the two-tower recipe search, 2026-11-27). With the count, each continuation draws
+    new points, and the same stored history gives the same seed."""
+    db = Path(sweep_dir).expanduser().resolve() / "optuna.db"
+    if not db.is_file():  # nothing stored yet (and no empty database made here)
+        return int(base)
+    import optuna
+
+    summaries = optuna.get_all_study_summaries(storage=f"sqlite:///{db}")
+    return int(base) + sum(s.n_trials for s in summaries if s.study_name == study_name)
+
+
 def _basename(path) -> str:
     """Last path component (run names of ``evaluate.py``)."""
     return str(path).rstrip("/").split("/")[-1]
@@ -56,6 +73,7 @@ def register_resolvers() -> None:
     OmegaConf.register_new_resolver("cores_per_job", cores_per_job, replace=True)
     OmegaConf.register_new_resolver("sweep_dir", sweep_dir, replace=True)
     OmegaConf.register_new_resolver("optuna_storage", optuna_storage, replace=True)
+    OmegaConf.register_new_resolver("optuna_seed", optuna_seed, replace=True)
     OmegaConf.register_new_resolver("beir_sets", _beir_sets, replace=True)
 
 

@@ -1,0 +1,60 @@
+"""multipos.config_resolvers: the Optuna study of a recipe search continues with new points (``optuna_seed``)."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from multipos.config_resolvers import optuna_seed, optuna_storage
+from tests.helpers import compose_cfg
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _objective(trial: optuna.Trial) -> float:
+    return trial.suggest_float("lr", 1e-5, 1e-4, log=True) + len(trial.suggest_categorical("loss", ["a", "bb", "ccc"]))
+
+
+def _continue(folder, name: str, n_trials: int, seed) -> list[dict]:
+    """One invocation of a search: the stored study (created if new), a sampler seeded as the configs seed it."""
+    storage = optuna_storage(str(folder))
+    sampler = optuna.samplers.TPESampler(seed=seed(folder, name) if callable(seed) else seed)
+    study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="maximize",
+                                load_if_exists=True)
+    before = len(study.trials)
+    study.optimize(_objective, n_trials=n_trials)
+    return [t.params for t in study.trials[before:]]
+
+
+def test_a_new_study_takes_the_base_seed_and_nothing_is_written(tmp_path):
+    assert optuna_seed(42, str(tmp_path / "sweep"), "search") == 42
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_the_seed_counts_the_stored_trials_of_that_study_only(tmp_path):
+    _continue(tmp_path, "search", 3, 42)
+    _continue(tmp_path, "another", 2, 42)
+    study = optuna.load_study(study_name="search", storage=optuna_storage(str(tmp_path)))
+    study.tell(study.ask(), state=optuna.trial.TrialState.FAIL)  # a failed trial counts too
+    assert optuna_seed(42, str(tmp_path), "search") == 46
+    assert optuna_seed(7, str(tmp_path), "another") == 9
+
+
+def test_a_continued_study_tries_new_points_where_a_fixed_seed_repeats_the_first_ones(tmp_path):
+    fixed = [_continue(tmp_path / "fixed", "search", 3, 42) for _ in range(2)]
+    assert fixed[1] == fixed[0]  # the defect: every invocation proposes the same first points again
+    counted = [_continue(tmp_path / "counted", "search", 3, lambda f, n: optuna_seed(42, str(f), n)) for _ in range(2)]
+    assert counted[0] == fixed[0]  # a new study: the same points as before the change
+    assert not [p for p in counted[1] if p in counted[0]]
+
+
+@pytest.mark.parametrize("experiment", ["nfcorpus_recipe_search", "two_tower_recipe_search"])
+def test_each_recipe_search_seeds_its_sampler_by_its_stored_trials(experiment, tmp_path):
+    def seed() -> tuple[int, str]:
+        cfg = compose_cfg("train", [f"experiment={experiment}", f"hydra.sweep.dir={tmp_path}"], return_hydra_config=True)
+        return cfg.hydra.sweeper.sampler.seed, cfg.hydra.sweeper.study_name
+
+    first, name = seed()
+    assert first == 42
+    _continue(tmp_path, name, 2, 42)
+    assert seed() == (44, name)
