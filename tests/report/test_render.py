@@ -199,11 +199,29 @@ report:
         "| 3 | lsepair | 1 | 3e-5 | 0.3000 | 0.6000 | 6.7 min | CPU x2 |",
     ]
     assert "Sorted by nfcorpus_dev nDCG@10 (descending)." in md
+    assert ("Best trial per value of each searched setting (nfcorpus_dev nDCG@10; trials in parentheses; a value's "
+            "best trial also differs in the other settings):\n"
+            "- `loss`: singlelh 0.3200 (1), lsepair 0.3100 (2)\n"
+            "- `trainer.max_epochs`: 2 0.3200 (2), 1 0.3000 (1)\n"
+            "- `module.optimizer.lr`: 1e-5 0.3200 (2), 3e-5 0.3000 (1)\n\n") in md
     assert "Overrides common to every run: `experiment=nfcorpus_recipe_search`." in md
     assert md.endswith("Provenance: 3 runs in sweep `nfcorpus_recipe_search-cpu`; seed 42; wall time 20.0 min in "
                        "total, 10.0 min per run (over 2 of 3 runs); device: CPU x2.\n")
     tex = (tmp_path / "out" / "nfcorpus_recipe_search.tex").read_text()
     assert r"1 & singlelh & 2 & 1e-5 & 0.3200 & 0.6200 & 13.3 min & CPU x2 \\" in tex
+    assert "% - `loss`: singlelh 0.3200 (1), lsepair 0.3100 (2)\n" in tex
+
+
+def test_best_per_value_lists_repeated_settings_best_first_and_leaves_out_continuous_ones():
+    from multipos.report.render import best_per_value
+
+    ovs = [{"loss": "a", "lr": "1"}, {"loss": "b", "lr": "2"}, {"loss": "a", "lr": "3"}, {"lr": "4"}]
+    assert best_per_value([0.1, 0.3, 0.2, 0.3], ovs, ["loss", "lr"]) == [
+        ("loss", [("b", 0.3, 1), ("—", 0.3, 1), ("a", 0.2, 2)])]  # lr: one value per trial, left out
+    assert best_per_value([0.1, 0.2], [{"loss": "a"}, {"loss": "b"}], ["loss"]) == []  # nothing repeated
+    assert best_per_value([0.1, 0.2, 0.3, 0.4], [{"m": str(i % 3)} for i in range(4)], ["m"], max_values=2) == []
+    with pytest.raises(ValueError, match="2 metric values for 1 trials"):
+        best_per_value([0.1, 0.2], [{}], ["loss"])
 
 
 def test_a_query_side_variant_renders_beside_the_study(tmp_path):

@@ -166,9 +166,38 @@ def _trials(spec: Mapping, runs: list[RunResult], infos: list[Mapping], first: P
     align = "r" + "l" * len(varying) + "r" * len(cols) + "rl"
     md, tex = (render_grid(header, rows, f, title=spec["title"], align=align) for f in ("markdown", "latex"))
     notes = [f"Sorted by {key[0]} {metric_label(key[1])} (descending)."]
+    per_value = best_per_value([runs[i].value(*key) for i in order], [ovs[i] for i in order], varying)
+    if per_value:
+        notes.append(f"Best trial per value of each searched setting ({key[0]} {metric_label(key[1])}; trials in "
+                     "parentheses; a value's best trial also differs in the other settings):\n"
+                     + "\n".join(f"- `{k}`: " + ", ".join(f"{v} {best:.4f} ({n})" for v, best, n in values)
+                                  for k, values in per_value))
     if common:
         notes.append("Overrides common to every run: " + " ".join(f"`{c}`" for c in common) + ".")
     return md, tex, notes
+
+
+def best_per_value(values: Sequence[float], overrides: Sequence[Mapping[str, str]], keys: Sequence[str],
+                   max_values: int = 8) -> list[tuple[str, list[tuple[str, float, int]]]]:
+    """The best trial for each value of each searched setting: which objective, regime or M did best in a recipe
+    search, at a glance. ``values[i]``: trial i's optimised metric; ``overrides[i]``: its sweep overrides (key →
+    value; a key it lacks reads "—"). A setting is listed when it took from 2 to ``max_values`` values and some value
+    was tried more than once (a continuous setting such as the learning rate, one value per trial, is left out).
+
+    Returns ``[(key, [(value, best metric, trials), …]), …]`` in the order of ``keys``, each setting's values best
+    first (ties: the value seen first in ``values``' order). Raises ValueError when ``values`` and ``overrides``
+    differ in length."""
+    if len(values) != len(overrides):
+        raise ValueError(f"best_per_value: {len(values)} metric values for {len(overrides)} trials")
+    out = []
+    for k in keys:
+        seen: dict[str, list[float]] = {}
+        for v, o in zip(values, overrides):
+            seen.setdefault(str(o.get(k, "—")), []).append(v)
+        if 2 <= len(seen) <= max_values and len(seen) < len(values):
+            ranked = sorted(seen.items(), key=lambda kv: -max(kv[1]))  # stable: first seen wins a tie
+            out.append((k, [(v, max(vs), len(vs)) for v, vs in ranked]))
+    return out
 
 
 def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results", name: str | None = None,
