@@ -151,7 +151,8 @@ def _trials(spec: Mapping, runs: list[RunResult], infos: list[Mapping], first: P
     opt = config_node(first, "optimized_metric")
     key = tuple(str(opt).split("/", 1)) if opt and "/" in str(opt) else cols[0]
     cols = cols if key in cols else [key, *cols]
-    order = sorted(range(len(runs)), key=lambda i: (-runs[i].value(*key), str(runs[i].path)))
+    scores = [r.value(*key) for r in runs]
+    order = sorted(range(len(runs)), key=lambda i: (-scores[i], str(runs[i].path)))
     ovs = [override_map(r.overrides) for r in runs]
     keys = list(dict.fromkeys(k for o in ovs for k in o))
     varying = [k for k in keys if len(runs) == 1 or len({o.get(k) for o in ovs}) > 1]
@@ -166,7 +167,7 @@ def _trials(spec: Mapping, runs: list[RunResult], infos: list[Mapping], first: P
     align = "r" + "l" * len(varying) + "r" * len(cols) + "rl"
     md, tex = (render_grid(header, rows, f, title=spec["title"], align=align) for f in ("markdown", "latex"))
     notes = [f"Sorted by {key[0]} {metric_label(key[1])} (descending)."]
-    per_value = best_per_value([runs[i].value(*key) for i in order], [ovs[i] for i in order], varying)
+    per_value = best_per_value([scores[i] for i in order], [ovs[i] for i in order], varying)
     if per_value:
         notes.append(f"Best trial per value of each searched setting ({key[0]} {metric_label(key[1])}; trials in "
                      "parentheses; a value's best trial also differs in the other settings):\n"
