@@ -150,6 +150,20 @@ def test_table3_evaluates_the_table2_run_of_the_same_cell():
             assert t3.model.name_or_path == t2.model.name_or_path  # the zero-shot row: the starting encoder
 
 
+def test_two_tower_wise_ft_interpolates_each_seed_of_the_two_tower_job_toward_its_start():
+    """Each ``two_tower_wise_ft`` cell evaluates the ``two_tower`` run of its seed (trains nothing) and interpolates
+    toward the encoder that run started from (``wise_ft.start`` null: ``model.name_or_path``); alpha 0 to 1."""
+    cells = sweep_cells("two_tower_wise_ft")
+    assert sorted({float(dict(o.split("=", 1) for o in c)["wise_ft.alpha"]) for c in cells}) == [0.0, 0.25, 0.5, 0.75, 1.0]
+    for cell in cells:
+        seed = [o for o in cell if o.startswith("seed=")]
+        job = compose_cfg("train", ["experiment=two_tower", *seed], return_hydra_config=True)
+        wise = compose_cfg("train", ["experiment=two_tower_wise_ft", "paths.output_dir=out", *cell])
+        assert wise.init_from == f"{job.hydra.sweep.dir}/{job.hydra.job.override_dirname}/model"
+        assert wise.trainer.max_epochs == 0 and wise.wise_ft.start is None
+        assert wise.model.name_or_path == job.model.name_or_path and wise.loss.name == job.loss.name
+
+
 @pytest.mark.parametrize("fine_tuning", ["two_tower_default", "query_side"])
 def test_table3_trains_nothing_in_either_fine_tuning(fine_tuning):
     """``fine_tuning=query_side`` comes after the experiment (it sets 3 epochs for every study); Table 3 must
