@@ -38,6 +38,20 @@ def test_paired_ttest_identical_inputs_give_p_one():
     assert not math.isnan(p)
 
 
+def test_paired_ttest_takes_a_seed_mean_of_identical_values_as_equal_to_the_value():
+    """Three seeds identical to a reference: their mean differs from it by one unit in the last place for some values
+    (6 of the 30 here), and scipy alone gives an arbitrary p for those differences; the test takes them as equal. A
+    real difference among rounding ones is tested as if the others were exactly 0."""
+    values = np.linspace(0.05, 0.95, 30)
+    ref = qmap(values)
+    seed_mean = {q: math.fsum([v] * 3) / 3 for q, v in ref.items()}
+    assert seed_mean != ref  # the rounding this test is about
+    assert paired_ttest(seed_mean, ref) == (0.0, 1.0)
+    changed = dict(seed_mean, q000=seed_mean["q000"] + 0.5)
+    exact = dict(ref, q000=ref["q000"] + 0.5)
+    assert paired_ttest(changed, ref) == pytest.approx(paired_ttest(exact, ref), rel=1e-9)
+
+
 def test_paired_ttest_rejects_different_query_sets_with_counts():
     a = qmap([0.1, 0.2, 0.3, 0.4])
     b = {k: v for k, v in a.items() if k != "q003"} | {"qX": 0.5, "qY": 0.6}
