@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from typing import Mapping, Sequence, Union
 
 from multipos.report.runs import CONFIG_KEYS, RunResult
@@ -15,7 +16,7 @@ MATCH_KEYS = tuple(k for k in CONFIG_KEYS if k not in ("loss.name", "seed"))
 DEFAULT_BASELINES = ("singlelh", "rand1lh")
 #: Relative difference up to which :func:`paired_ttest` takes two per-query values as equal: a few units in the last
 #: place of a float64 (2.2e-16 each), far below any difference a metric over judged passages can make.
-ROUNDING = 8 * 2.220446049250313e-16
+ROUNDING = 8 * sys.float_info.epsilon
 #: (improvement, drop) symbols for the first (SingleLH) and second (Rand1LH) baseline.
 MARKER_SYMBOLS = {
     "markdown": (("+", "-"), ("♣", "♦")),
