@@ -67,6 +67,31 @@ def test_a_sweep_of_several_configurations_gets_one_block_each(tmp_path):
     assert "\nloss=lsepair:\n" in text and "\njointlh:\n" in text
 
 
+def test_against_a_configuration_tests_every_other_one_on_seed_mean_per_query_values(tmp_path):
+    """``--against loss=lsepair``: the other configuration's rows carry the difference of the seed means and the
+    paired t-test of the per-query means over each configuration's own seeds (here three seeds against two);
+    ``--dev`` keeps the dev set; an unknown configuration is named with those there are."""
+    root, seeds, zero = _sweep(tmp_path)
+    rng = np.random.default_rng(1)
+    other = {s: zero + 0.05 + rng.normal(0, 0.02, 30) for s in (42, 43, 44)}
+    for seed, values in other.items():
+        make_run(root, f"loss=lsepair,seed={seed}", "lsepair",
+                 {SET: {"ndcg@10": qmap(values)}, "nfcorpus_dev": {"ndcg@10": qmap(values)}}, seed=seed)
+    rows = summary_rows(root, against="loss=lsepair", dev=True)
+    mine = [r for r in rows if r["config"] == "jointlh"]
+    assert {r["set"] for r in mine} == {SET, "nfcorpus_dev"}
+    assert all("against" not in r for r in rows if r["config"] == "loss=lsepair")
+    (test,) = [r for r in mine if r["set"] == SET]
+    base = (other[42] + other[43] + other[44]) / 3
+    assert test["against"] == "loss=lsepair" and test["against_mean"] == pytest.approx(base.mean())
+    assert test["against_p"] == pytest.approx(ttest_rel((seeds[42] + seeds[43]) / 2, base).pvalue)
+    text = main([str(root), "--against", "loss=lsepair", "--dev"])
+    assert f"vs loss=lsepair {test['mean'] - test['against_mean']:+.4f}, p = {test['against_p']:.1e}" in text
+    assert "nfcorpus_dev" in text and "nfcorpus_dev" not in main([str(root)])
+    with pytest.raises(ValueError, match=r"'loss=singlelh': no such configuration.*'loss=lsepair'"):
+        summary_rows(root, against="loss=singlelh")
+
+
 def test_an_empty_sweep_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="no complete run"):
         summary_rows(tmp_path)

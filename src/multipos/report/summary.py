@@ -9,8 +9,9 @@ zero-shot and BM25 references (``references.json``), the difference to zero-shot
 over queries of the per-query values averaged over seeds against the zero-shot ones (:func:`paired_ttest`;
 ``references/zero-shot/per_query.<set>.json`` written by training). A sweep of several configurations (a study
 such as ``experiment=two_tower_objectives``) gets one block per configuration, named by its run folder without
-the seed; comparisons between configurations are the rendered table's markers
-(``python -m multipos.report.render``). Nothing is written.
+the seed; ``--against <configuration>`` adds to every other configuration's lines its difference to that one and a
+paired t-test of the two configurations' seed-mean per-query values (the p-values behind the rendered table's markers,
+``python -m multipos.report.render``); ``--dev`` keeps the dev sets. Nothing is written.
 """
 
 from __future__ import annotations
@@ -40,31 +41,44 @@ def _configuration(run: RunResult) -> str:
     return name or run.label
 
 
-def summary_rows(sweep_dir: str | Path, metric: str = "ndcg@10") -> list[dict]:
+def summary_rows(sweep_dir: str | Path, metric: str = "ndcg@10", against: str | None = None,
+                 dev: bool = False) -> list[dict]:
     """One dict per configuration and test set of the complete runs in ``sweep_dir`` (the runs that differ only by
     seed form one configuration, :func:`multipos.report.seeds.group_seeds`): ``config, set, n_seeds, seeds
     ({seed: value}), mean, sd, zero_shot, bm25, p`` (``config``: :func:`_configuration` where the sweep holds more
     than one configuration, else None; ``p``: paired t-test of the per-query seed means vs zero-shot; None where a
-    run lacks the zero-shot per-query file). Sets whose name contains ``dev`` and qrels views (``set.view``) are
-    left out.
+    run lacks the zero-shot per-query file). Sets whose name contains ``dev`` (unless ``dev``) and qrels views
+    (``set.view``) are left out. With ``against`` (a configuration name as ``config`` gives it, e.g.
+    ``loss=singlelh``), each row of every other configuration also has ``against`` (that name), ``against_mean``
+    and ``against_p``: the paired t-test of the two configurations' per-query means over their own seeds.
 
     Raises FileNotFoundError when the sweep holds no complete run; ValueError when the runs disagree on their
-    sets or queries (:func:`paired_ttest` names the difference).
+    sets or queries (:func:`paired_ttest` names the difference), or naming the configurations there are when
+    ``against`` is none of them.
     """
     complete, _ = sweep_runs(sweep_dir)
     if not complete:
         raise FileNotFoundError(f"{sweep_dir}: no complete run (metrics.json) to summarise")
     groups = group_seeds(load_run(d, require_per_query=False) for d in complete)
+    names = [_configuration(g.runs[0]) for g in groups]
+    if against is not None and against not in names:
+        raise ValueError(f"--against {against!r}: no such configuration in {sweep_dir}; there are {names}")
     rows = []
-    for group in groups:
-        config = _configuration(group.runs[0]) if len(groups) > 1 else None
-        rows += [{"config": config, **row} for row in _configuration_rows(group.runs, metric)]
+    for name, group in zip(names, groups):
+        config = name if len(groups) > 1 else None
+        for row in _configuration_rows(group.runs, metric, dev):
+            if against is not None and name != against:
+                base = groups[names.index(against)]
+                row.update(against=against, against_mean=base.value(row["set"], metric),
+                           against_p=paired_ttest(group.query_values(row["set"], metric),
+                                                  base.query_values(row["set"], metric))[1])
+            rows.append({"config": config, **row})
     return rows
 
 
-def _configuration_rows(runs: list[RunResult], metric: str) -> list[dict]:
+def _configuration_rows(runs: list[RunResult], metric: str, dev: bool = False) -> list[dict]:
     """:func:`summary_rows` of the seeds ``runs`` of one configuration, without ``config``."""
-    sets = [s for s in runs[0].metrics if "dev" not in s and "." not in s and metric in runs[0].metrics[s]]
+    sets = [s for s in runs[0].metrics if (dev or "dev" not in s) and "." not in s and metric in runs[0].metrics[s]]
     rows = []
     for s in sets:
         values = {run.get("seed"): run.value(s, metric) for run in runs}
@@ -98,18 +112,23 @@ def format_summary(rows: Sequence[dict], metric: str = "ndcg@10") -> str:
             ref += f", p = {r['p']:.1e})" if r["p"] is not None else ", p n/a: no zero-shot per-query file)"
         if r["bm25"] is not None:
             ref += f" | BM25 {r['bm25']:.4f}"
+        if r.get("against") is not None:
+            ref += f" | vs {r['against']} {r['mean'] - r['against_mean']:+.4f}, p = {r['against_p']:.1e}"
         lines.append(f"  {r['set']:<16} {r['mean']:.4f} ± {r['sd']:.4f} over {r['n_seeds']} seeds ({seeds}){ref}")
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> str:
-    """``python -m multipos.report.summary <sweep_dir> [--metric M]``: print :func:`format_summary` of a finished
-    multi-seed sweep (one line per test set) and return it."""
+    """``python -m multipos.report.summary <sweep_dir> [--metric M] [--against CONFIG] [--dev]``: print
+    :func:`format_summary` of a finished multi-seed sweep (one line per set) and return it."""
     ap = argparse.ArgumentParser(prog="python -m multipos.report.summary", description=__doc__.split("\n")[0])
     ap.add_argument("sweep_dir")
     ap.add_argument("--metric", default="ndcg@10")
+    ap.add_argument("--against", default=None, metavar="CONFIG",
+                    help="a configuration of the sweep (e.g. loss=singlelh): every other one is tested against it")
+    ap.add_argument("--dev", action="store_true", help="keep the dev sets (left out by default)")
     args = ap.parse_args(argv)
-    text = format_summary(summary_rows(args.sweep_dir, args.metric), args.metric)
+    text = format_summary(summary_rows(args.sweep_dir, args.metric, args.against, args.dev), args.metric)
     print(text)
     return text
 
