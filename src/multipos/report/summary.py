@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Sequence
 
 from multipos.report.runs import RunResult, load_run
-from multipos.report.seeds import group_seeds
+from multipos.report.seeds import SeedGroup, group_seeds
 from multipos.report.significance import paired_ttest
 from multipos.runs.find import sweep_runs
 
@@ -63,12 +63,12 @@ def summary_rows(sweep_dir: str | Path, metric: str = "ndcg@10", against: str | 
     names = [_configuration(g.runs[0]) for g in groups]
     if against is not None and against not in names:
         raise ValueError(f"--against {against!r}: no such configuration in {sweep_dir}; there are {names}")
+    base = groups[names.index(against)] if against is not None else None
     rows = []
     for name, group in zip(names, groups):
         config = name if len(groups) > 1 else None
-        for row in _configuration_rows(group.runs, metric, dev):
-            if against is not None and name != against:
-                base = groups[names.index(against)]
+        for row in _configuration_rows(group, metric, dev):
+            if base is not None and group is not base:
                 row.update(against=against, against_mean=base.value(row["set"], metric),
                            against_p=paired_ttest(group.query_values(row["set"], metric),
                                                   base.query_values(row["set"], metric))[1])
@@ -76,8 +76,9 @@ def summary_rows(sweep_dir: str | Path, metric: str = "ndcg@10", against: str | 
     return rows
 
 
-def _configuration_rows(runs: list[RunResult], metric: str, dev: bool = False) -> list[dict]:
-    """:func:`summary_rows` of the seeds ``runs`` of one configuration, without ``config``."""
+def _configuration_rows(group: SeedGroup, metric: str, dev: bool = False) -> list[dict]:
+    """:func:`summary_rows` of the seeds of one configuration, without ``config``."""
+    runs = group.runs
     sets = [s for s in runs[0].metrics if (dev or "dev" not in s) and "." not in s and metric in runs[0].metrics[s]]
     rows = []
     for s in sets:
@@ -90,9 +91,7 @@ def _configuration_rows(runs: list[RunResult], metric: str, dev: bool = False) -
         zs_file = runs[0].path / "references" / "zero-shot" / f"per_query.{s}.json"
         if zs_file.is_file() and all(s in run.per_query and metric in run.per_query[s] for run in runs):
             zero_shot = json.loads(zs_file.read_text())[metric]
-            per_run = [run.query_values(s, metric) for run in runs]
-            means = {q: sum(pq[q] for pq in per_run) / len(per_run) for q in per_run[0]}
-            row["p"] = paired_ttest(means, zero_shot)[1]
+            row["p"] = paired_ttest(group.query_values(s, metric), zero_shot)[1]
         rows.append(row)
     return rows
 
