@@ -16,6 +16,7 @@ plain copy on the CPU.
 
 from __future__ import annotations
 
+import os
 import traceback
 from pathlib import Path
 
@@ -41,25 +42,48 @@ READS = frozenset({"item", "tolist", "numpy", "__bool__", "__int__", "__float__"
                    "masked_select", "unique", "_local_scalar_dense"})
 
 
-class HostReads(TorchFunctionMode):
-    """Records the tensor calls that read device values back to the host (``item``, ``bool(t)``, ``tolist``,
-    ``nonzero``, indexing with a boolean tensor, …) made directly from a source file under one of ``roots`` (default:
-    the multipos package): ``reads`` is a list of ``(call, "file:line function")``. Calls from anywhere else
-    (PyTorch, transformers, this test) are not recorded."""
+def training_device_type() -> str:
+    """The device type the suite's tiny training jobs run on: ``cuda`` with ``MULTIPOS_TEST_ACCELERATOR=gpu``
+    (:func:`tests.helpers.trainer_overrides`), else ``cpu``."""
+    return "cuda" if os.environ.get("MULTIPOS_TEST_ACCELERATOR", "cpu") == "gpu" else "cpu"
 
-    def __init__(self, roots: tuple[str, ...] = (PACKAGE,)):
+
+def _advanced_index(index) -> bool:
+    """True where ``index`` (what ``t[index]`` is given) holds a tensor, so that ``t[index] = v`` is ``index_put_``."""
+    return torch.is_tensor(index) or (isinstance(index, tuple) and any(torch.is_tensor(i) for i in index))
+
+
+class HostReads(TorchFunctionMode):
+    """Records the tensor calls that make the host wait for the device, made directly from a source file under one of
+    ``roots`` (default: the multipos package): ``reads`` is a list of ``(call, "file:line function")``.
+
+    Recorded: the reads of device values back to the host (``item``, ``bool(t)``, ``tolist``, ``nonzero``, indexing
+    with a boolean tensor, …), and ``t[tensor index] = python scalar`` (recorded as ``"index_put_ scalar"``): on a
+    CUDA tensor PyTorch makes the scalar a host tensor and copies it from pageable memory, a host wait per call (the
+    H200 suite of 2026-11-27 found one in every corpus chunk); a slice with a scalar is a fill and is not recorded.
+    Only calls on a tensor of ``device_type`` (default: the suite's training device, :func:`training_device_type`)
+    count: where the jobs train on CUDA, a NumPy view of a host tensor (the staging of a batch into pinned memory,
+    :mod:`multipos.transfer`) reads nothing from the device. Calls from anywhere else (PyTorch, transformers, this
+    test) are not recorded."""
+
+    def __init__(self, roots: tuple[str, ...] = (PACKAGE,), device_type: str | None = None):
         super().__init__()
         self.roots = roots
+        self.device_type = device_type or training_device_type()
         self.reads: list[tuple[str, str]] = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", "")
-        boolean_index = (name in ("__getitem__", "__setitem__") and len(args) > 1 and torch.is_tensor(args[1])
-                         and args[1].dtype == torch.bool)
-        if name in READS or boolean_index:
+        indexing = name in ("__getitem__", "__setitem__") and len(args) > 1
+        boolean_index = indexing and torch.is_tensor(args[1]) and args[1].dtype == torch.bool
+        scalar_put = (indexing and name == "__setitem__" and len(args) > 2 and not torch.is_tensor(args[2])
+                      and _advanced_index(args[1]))
+        if (name in READS or boolean_index or scalar_put) and any(
+                torch.is_tensor(a) and a.device.type == self.device_type for a in args):
             caller = traceback.extract_stack(limit=2)[0]
             if str(Path(caller.filename).resolve()).startswith(self.roots):
-                self.reads.append((name, f"{Path(caller.filename).name}:{caller.lineno} {caller.name}"))
+                call = "index_put_ scalar" if scalar_put and not boolean_index else name
+                self.reads.append((call, f"{Path(caller.filename).name}:{caller.lineno} {caller.name}"))
         return func(*args, **(kwargs or {}))
 
 
@@ -93,6 +117,32 @@ def test_corpus_chunk_mask_marks_the_judged_pairs_inside_the_chunk():
     want[0, 3] = want[1, 0] = want[1, 1] = True
     assert torch.equal(got, want)
     assert not _chunk_mask(torch.zeros(0, 2, dtype=torch.long), 0, 4, (3, 4), "cpu").any()
+
+
+def test_corpus_chunk_mask_writes_a_device_value_not_a_host_scalar():
+    """Regression (H200 suite, 2026-11-27): ``mask[rows, cols] = True`` copied the scalar from the host to the GPU in
+    every chunk of every query-side step over the corpus (``test_cuda.py``'s sync check, ``query_side_corpus_max``)."""
+    judged = torch.tensor([[0, 1], [0, 7], [1, 4], [1, 5], [2, 9]])
+    with HostReads(device_type="cpu") as rec:
+        _chunk_mask(judged, 4, 8, (3, 4), "cpu")
+    assert rec.reads == []
+
+
+def test_host_reads_records_a_scalar_put_at_tensor_indices_and_only_calls_on_the_training_device():
+    from multipos import transfer
+
+    mask, rows = torch.zeros(3, 4, dtype=torch.bool), torch.tensor([0, 2])
+    with HostReads(roots=(str(Path(__file__).resolve()),), device_type="cpu") as rec:
+        mask[rows, rows] = True  # index_put_ of a host scalar: recorded
+        mask[:, 1] = True  # a slice: a fill on the device, not recorded
+        mask[rows, rows] = torch.ones((), dtype=torch.bool)  # a tensor value: not recorded
+    assert [call for call, _ in rec.reads] == ["index_put_ scalar"]
+    host = torch.arange(6).reshape(2, 3)
+    for device_type, seen in (("cpu", True), ("meta", False)):  # "meta" stands for a CUDA run's device here
+        with HostReads(device_type=device_type) as rec:
+            copy = transfer._copy_into(host, lambda shape, dtype: torch.empty(shape, dtype=dtype))
+        assert torch.equal(copy, host)
+        assert any(call == "numpy" and "transfer.py" in where for call, where in rec.reads) == seen, device_type
 
 
 def test_to_device_on_the_cpu_is_the_tensor_itself():

@@ -84,7 +84,10 @@ def _chunk_mask(judged: Tensor, lo: int, hi: int, shape: tuple[int, int], device
     mask = torch.zeros(b, width + 1, dtype=torch.bool, device=device)
     if judged.numel():
         inside = (judged[:, 1] >= lo) & (judged[:, 1] < hi)
-        mask[judged[:, 0], torch.where(inside, judged[:, 1] - lo, width)] = True
+        # a tensor value on the device: ``mask[i, j] = True`` would copy the Python scalar from pageable host memory
+        # to a CUDA device, a host wait per chunk (seen by tests/test_cuda.py on an H200, 2026-11-27)
+        mask.index_put_((judged[:, 0], torch.where(inside, judged[:, 1] - lo, width)),
+                        torch.ones((), dtype=torch.bool, device=device))
     return mask[:, :width]
 
 
