@@ -42,7 +42,9 @@ RATIOS = ("step_vs_bare", "step_vs_st_mnrl", "lightning_vs_bare", "lightning_col
           "gap_s_lightning_loop", "gap_s_lightning_descriptors", "gap_s_lightning_pinned", "lightning_unlogged_vs_bare",
           "lightning_run_vs_bare_run", "profile_bare_step", "receive_groups_vs_no_groups", "stage_torch_vs_one_thread",
           "lightning_vs_bare_workers_8", "lightning_vs_bare_workers_12", "encode_vs_st", "fit_vs_st_train", "stopped_in")
-OUTCOME = re.compile(r"\b(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (tests/\S+)")
+#: An outcome line: at a line's start (``-rA``'s summary) or after xdist's ``[gw3] [ 59%]``; not indented text a test
+#: printed (H7: an ingest test's captured output named ``tests/test_x.py::test_y`` as failed)
+OUTCOME = re.compile(r"^(?:\[gw\d+\] \[\s*\d+%\] )?(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (tests/\S+)")
 
 
 def gpu_tag(name: str) -> str:
