@@ -23,17 +23,23 @@ def compose_cfg(config_name: str, overrides: list[str], return_hydra_config: boo
         return compose(config_name=config_name, overrides=overrides, return_hydra_config=return_hydra_config)
 
 
-def trainer_overrides() -> list[str]:
-    """The tests' trainer: ``trainer=cpu_fp32``; with ``MULTIPOS_TEST_ACCELERATOR=gpu`` (a GPU machine, docs/gpu.md) the
-    same fp32 trainer on CUDA, so the tiny training jobs of the suite exercise the accelerator path."""
+def training_device_type() -> str:
+    """The device type the suite's tiny training jobs run on: ``cuda`` with ``MULTIPOS_TEST_ACCELERATOR=gpu`` (a GPU
+    machine, docs/gpu.md), else ``cpu``. Raises ValueError for any other value of the variable."""
     accelerator = os.environ.get("MULTIPOS_TEST_ACCELERATOR", "cpu")
     if accelerator not in ("cpu", "gpu"):
         raise ValueError(f"MULTIPOS_TEST_ACCELERATOR must be cpu or gpu, got {accelerator!r}")
-    if accelerator == "cpu":
+    return "cuda" if accelerator == "gpu" else "cpu"
+
+
+def trainer_overrides() -> list[str]:
+    """The tests' trainer: ``trainer=cpu_fp32``; with ``MULTIPOS_TEST_ACCELERATOR=gpu`` (a GPU machine, docs/gpu.md) the
+    same fp32 trainer on CUDA, so the tiny training jobs of the suite exercise the accelerator path."""
+    if training_device_type() == "cpu":
         return ["trainer=cpu_fp32"]
     # deterministic CUDA kernels where PyTorch has them (a resumed run must equal the uninterrupted one); needs
     # CUBLAS_WORKSPACE_CONFIG=:4096:8 in the environment (bench/gpu/setup.sh sets it)
-    return ["trainer=cpu_fp32", f"trainer.accelerator={accelerator}", "trainer.deterministic=warn"]
+    return ["trainer=cpu_fp32", "trainer.accelerator=gpu", "trainer.deterministic=warn"]
 
 
 def tiny_overrides(tiny_beir: Path, tiny_bert: Path, out: Path, *extra: str) -> list[str]:

@@ -16,7 +16,6 @@ plain copy on the CPU.
 
 from __future__ import annotations
 
-import os
 import traceback
 from pathlib import Path
 
@@ -32,7 +31,7 @@ from multipos.losses import ContrastiveLoss
 from multipos.module import RetrieverModule
 from multipos.train import train
 from multipos.transfer import to_device
-from tests.helpers import compose_cfg, tiny_overrides
+from tests.helpers import compose_cfg, tiny_overrides, training_device_type
 
 PACKAGE = str(Path(multipos.__file__).resolve().parent)
 #: The training loop's own code: multipos and Lightning (``lightning``, and the ``lightning_utilities`` helpers its
@@ -40,12 +39,6 @@ PACKAGE = str(Path(multipos.__file__).resolve().parent)
 LOOP = (PACKAGE, *(str(Path(m.__file__).resolve().parent) for m in (lightning, lightning_utilities)))
 READS = frozenset({"item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "nonzero",
                    "masked_select", "unique", "_local_scalar_dense"})
-
-
-def training_device_type() -> str:
-    """The device type the suite's tiny training jobs run on: ``cuda`` with ``MULTIPOS_TEST_ACCELERATOR=gpu``
-    (:func:`tests.helpers.trainer_overrides`), else ``cpu``."""
-    return "cuda" if os.environ.get("MULTIPOS_TEST_ACCELERATOR", "cpu") == "gpu" else "cpu"
 
 
 def _advanced_index(index) -> bool:
@@ -61,10 +54,10 @@ class HostReads(TorchFunctionMode):
     with a boolean tensor, …), and ``t[tensor index] = python scalar`` (recorded as ``"index_put_ scalar"``): on a
     CUDA tensor PyTorch makes the scalar a host tensor and copies it from pageable memory, a host wait per call (the
     H200 suite of 2026-11-27 found one in every corpus chunk); a slice with a scalar is a fill and is not recorded.
-    Only calls on a tensor of ``device_type`` (default: the suite's training device, :func:`training_device_type`)
-    count: where the jobs train on CUDA, a NumPy view of a host tensor (the staging of a batch into pinned memory,
-    :mod:`multipos.transfer`) reads nothing from the device. Calls from anywhere else (PyTorch, transformers, this
-    test) are not recorded."""
+    Only calls on a tensor of ``device_type`` (default: the suite's training device,
+    :func:`tests.helpers.training_device_type`) count: where the jobs train on CUDA, a NumPy view of a host tensor
+    (the staging of a batch into pinned memory, :mod:`multipos.transfer`) reads nothing from the device. Calls from
+    anywhere else (PyTorch, transformers, this test) are not recorded."""
 
     def __init__(self, roots: tuple[str, ...] = (PACKAGE,), device_type: str | None = None):
         super().__init__()
