@@ -20,6 +20,23 @@ os.environ.setdefault("WANDB_MODE", "offline")
 # Tests never touch the user's cache of mined negatives and embeddings.
 os.environ["MULTIPOS_CACHE"] = tempfile.mkdtemp(prefix="multipos-test-cache-")
 
+
+def _share_the_cores_between_workers() -> None:
+    """Under pytest-xdist with N workers, each worker (and each process its tests start, through OMP_NUM_THREADS)
+    gets an even share of the cores instead of one torch thread per core each: N workers × every core oversubscribes
+    the CPU, and OpenMP threads waiting on each other then cost more than they bring. A value the caller set wins."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers <= 1:
+        return
+    share = max(1, (os.cpu_count() or 1) // workers)
+    os.environ.setdefault("OMP_NUM_THREADS", str(share))
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+_share_the_cores_between_workers()
+
 REPO = Path(__file__).resolve().parents[1]
 TOPICS = {
     "heart": "cholesterol statin artery heart blood pressure cardiac",
