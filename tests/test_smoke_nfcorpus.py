@@ -22,8 +22,8 @@ def test_train_cli_on_nfcorpus_slice(assets, tmp_path):
            "data.max_positives=2", "trainer.max_steps=2", "trainer.log_every_n_steps=1",
            "trainer.enable_progress_bar=false", "eval=nfcorpus_test", "eval.passage_max_length=128",
            "eval.validation={_target_: multipos.evaluation.sets.EvalSet, name: nfcorpus_dev, path: nfcorpus, "
-           "split: dev, metrics: [ndcg@10], max_queries: 15, max_passages: 400}",
-           "eval.test_sets.nfcorpus_test.max_queries=15", "eval.test_sets.nfcorpus_test.max_passages=400"]
+           "split: dev, metrics: [ndcg@10], max_queries: 8, max_passages: 200}",
+           "eval.test_sets.nfcorpus_test.max_queries=8", "eval.test_sets.nfcorpus_test.max_passages=200"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
            "MULTIPOS_CACHE": str(tmp_path / "cache")}
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
@@ -46,7 +46,7 @@ def test_evaluate_cli_several_sets_then_rescore_its_run(assets, tmp_path):
     view set; re-scoring the written TREC run with `run_file=` reproduces the same numbers."""
     out = tmp_path / "eval"
     slice_ = [f"eval.test_sets.{s}.{k}={v}" for s in ("nfcorpus_test", "hybrid_annotation")
-              for k, v in (("max_queries", 15), ("max_passages", 400))]
+              for k, v in (("max_queries", 8), ("max_passages", 200))]
     cmd = [sys.executable, "evaluate.py", "eval=nfcorpus_test,hybrid_annotation", f"hydra.run.dir={out}",
            "eval.passage_max_length=128", "eval.references=true", *slice_]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
