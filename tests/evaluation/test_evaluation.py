@@ -177,10 +177,13 @@ def _raw_ranx(qrels, run, metrics):
 
 
 def test_fixed_width_ids_give_ranx_s_metrics_on_the_raw_ids_ties_included():
-    from multipos.evaluation.metrics import fixed_width_ids
+    from multipos.evaluation.metrics import ID_WIDTH, fixed_width_ids
 
     rng = np.random.default_rng(0)
-    ids = [f"doc-{i}" if i % 3 else f"{i}" for i in range(60)]  # ids of several lengths
+    # ids of several lengths, the longest ID_WIDTH characters: ranx compiles its functions once per id width, and that
+    # width is the one `make install` compiles (raw ids 6 wide cost this test 48 s of numba on a fresh checkout)
+    ids = [f"doc-{i}-".ljust(ID_WIDTH - i % 4, "x") if i % 3 else f"{i}" for i in range(60)]
+    assert max(map(len, ids)) == ID_WIDTH and len(set(map(len, ids))) > 3
     qrels = {f"q{j}": {ids[i]: int(rng.integers(1, 3)) for i in rng.choice(60, 4, replace=False)} for j in range(25)}
     run = {f"q{j}": {ids[i]: float(rng.integers(0, 4)) for i in rng.choice(60, 30, replace=False)}  # many tied scores
            for j in range(25)}
