@@ -69,7 +69,7 @@ render: install
 ## Default test suite (unit tests + a short real-data smoke test), < 10 minutes on 2 cores.
 ## pytest-xdist runs it in one worker per core, at most TEST_WORKERS_MAX (each worker takes torch + a model: about 1-2 GB),
 ## and tests/conftest.py gives each worker its share of the cores. On a 2-core AMD EPYC without native bf16
-## (2026-11-27, code e0ac4c7): 9.5 min with 2 workers against 15.6 min in one process, the same 1226 passed.
+## (2026-11-27, clean clone, code a3d32bd): pytest 8.3 min with 2 workers; 18.1 min in one process at 1469d8c.
 ## One process: make test ARGS="-n 0".
 TEST_WORKERS_MAX ?= 4
 test: install
