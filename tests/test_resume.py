@@ -23,14 +23,17 @@ from tests.helpers import REPO, compose_cfg, preempt_in_stage_two, trainer_overr
 
 
 def _overrides(run_dir: Path, epochs: int = 2, step_checkpoints: bool = True) -> list[str]:
-    """A small real-data slice: 12 NFCorpus training queries, all-MiniLM-L6-v2, short passages, fp32; with
-    ``step_checkpoints`` a checkpoint every 2 steps, else the default callbacks (epoch-end checkpoints only)."""
+    """A small real-data slice: 12 NFCorpus training queries, all-MiniLM-L6-v2, short passages, fp32, a log row at
+    every step; with ``step_checkpoints`` a checkpoint every 2 steps, else the default callbacks (epoch-end
+    checkpoints only)."""
     dev = ("{_target_: multipos.evaluation.sets.EvalSet, name: nfcorpus_dev, path: nfcorpus, split: dev, "
            "metrics: [ndcg@10, recall@100], max_queries: 4, max_passages: 60}")
     return [f"hydra.run.dir={run_dir}", "data=nfcorpus_homo", "loss=rand1lh", "data.source.max_queries=12",
             "data.source.ordering=given", "data.source.negative_depth=20", "data.batch_size=2", "data.group_size=3",
             "data.max_positives=2", "model.passage_max_length=32", *trainer_overrides(), f"trainer.max_epochs={epochs}",
-            "trainer.enable_progress_bar=false",
+            # a CSV row at every step, which the default-settings test counts: on a GPU the default logs every 10th
+            # step (multipos.hardware.auto_log_interval; H8, 2026-11-27: "assert [] == [0, 1, 2, 3, 4]" on CUDA)
+            "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1",
             *(["callbacks.model_checkpoint.every_n_train_steps=2"] if step_checkpoints else []),
             "eval=nfcorpus_dev", "eval.references=false", "eval.k=20", "eval.passage_max_length=32", "eval.bf16=false",
             "eval.test_sets.nfcorpus_dev.max_queries=4", "eval.test_sets.nfcorpus_dev.max_passages=60",
