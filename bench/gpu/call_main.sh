@@ -5,8 +5,10 @@
 # and bench_fit_vs_st.py (whole fit vs SentenceTransformerTrainer.train). Results -> $OUT/main.tar.gz.
 # Then bench_batch_receive.py (since 2026-11-27: receiving a batch from 4 DataLoader workers with and without its
 # groups, pinning it with PyTorch's copy and with multipos.transfer.pinned; about 30 s expected, not measured).
-# Time limits: TRAIN_S (0 skips the main job), SPEED_S, RECEIVE_S (0 skips bench_batch_receive.py), FIT_S (0 skips
-# bench_fit_vs_st.py) (seconds); SPEED_ARGS replaces bench_speed.py's options (default --skip ddp).
+# Time limits: TRAIN_S (0 skips the main job), SPEED_S (0 skips bench_speed.py), RECEIVE_S (0 skips
+# bench_batch_receive.py), FIT_S (0 skips bench_fit_vs_st.py) (seconds); SPEED_ARGS replaces bench_speed.py's options
+# (default --skip ddp). Each 0 is tested before `timeout`, for which 0 means no limit at all (H8, 2026-11-27:
+# SPEED_S=0 ran bench_speed.py to its end, 78 s of GPU time).
 # bench_speed.py gets SIGTERM at SPEED_S (it then writes what it measured) and SIGKILL 15 s later.
 . bench/gpu/setup.sh || exit 3
 R=/tmp/results/main; mkdir -p $R
@@ -16,8 +18,10 @@ if [ "${TRAIN_S:-300}" != 0 ]; then  # TRAIN_S=0: the benches alone
     trainer.enable_progress_bar=false > $R/train.log 2>&1; echo "main job rc=$? $(( $(date +%s) - t0 )) s" | tee -a $R/times.txt
   python3 -m multipos.report.summary multirun/default-cpu-gpu > $R/summary.txt 2>&1
 fi
-t0=$(date +%s)
-timeout -k 15 ${SPEED_S:-150} python3 bench/bench_speed.py ${SPEED_ARGS:---skip ddp} --out $R/speed.jsonl > $R/bench_speed.log 2>&1; echo "bench_speed rc=$? $(( $(date +%s) - t0 )) s" | tee -a $R/times.txt
+if [ "${SPEED_S:-150}" != 0 ]; then
+  t0=$(date +%s)
+  timeout -k 15 ${SPEED_S:-150} python3 bench/bench_speed.py ${SPEED_ARGS:---skip ddp} --out $R/speed.jsonl > $R/bench_speed.log 2>&1; echo "bench_speed rc=$? $(( $(date +%s) - t0 )) s" | tee -a $R/times.txt
+fi
 if [ "${RECEIVE_S:-60}" != 0 ]; then
   t0=$(date +%s)
   timeout ${RECEIVE_S:-60} python3 bench/bench_batch_receive.py --workers 4 --out $R/speed.jsonl > $R/batch_receive.log 2>&1; echo "batch_receive rc=$? $(( $(date +%s) - t0 )) s" | tee -a $R/times.txt

@@ -28,4 +28,6 @@ if [ "${BENCH:-1}" = 1 ]; then
 fi
 tar -czf $OUT/suite.tar.gz -C /tmp/results suite
 echo "test_cuda.py passed: $(grep -oE "PASSED tests/test_cuda.py::[^ ]+" $R/suite.log | sort -u | wc -l)"
-grep -oE "(FAILED|ERROR) tests/[^ ]+" $R/suite.log | sort -u | head -30; tail -n 2 $R/suite.log; tail -c 1500 $R/speed.jsonl
+# pytest's own outcome lines only (as bench/gpu/ingest.py reads them): not a test's captured text (H7, H8: an ingest
+# test's output printed "FAILED tests/test_x.py::test_y")
+grep -E "^(\[gw[0-9]+\] \[ *[0-9]+%\] )?(FAILED|ERROR) tests/" $R/suite.log | grep -oE "(FAILED|ERROR) tests/[^ ]+" | sort -u | head -30; tail -n 2 $R/suite.log; tail -c 1500 $R/speed.jsonl
