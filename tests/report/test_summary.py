@@ -95,3 +95,22 @@ def test_against_a_configuration_tests_every_other_one_on_seed_mean_per_query_va
 def test_an_empty_sweep_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="no complete run"):
         summary_rows(tmp_path)
+
+
+def test_against_leaves_the_p_value_out_for_a_set_without_per_query_values(tmp_path):
+    """Table 3's ``ood_average`` is an average of two sets, with metrics but no per-query file: ``--against`` gives
+    its difference of means and no p-value, where it once raised FileNotFoundError (H8's Table 3, 2026-11-27)."""
+    root = tmp_path / "table3_ood-cpu-gpu"
+    rng = np.random.default_rng(1)
+    for loss, shift in (("singlelh", 0.0), ("jointlh", -0.02)):
+        for seed in (42, 43):
+            values = rng.uniform(0.3, 0.7, 30) + shift
+            make_run(root, f"loss={loss},seed={seed}", loss, {SET: {"ndcg@10": qmap(values)}},
+                     metrics={SET: {"ndcg@10": float(values.mean())}, "ood_average": {"ndcg@10": float(values.mean())}},
+                     seed=seed)
+    rows = {(r["config"], r["set"]): r for r in summary_rows(root, against="loss=singlelh")}
+    average = rows[("loss=jointlh", "ood_average")]
+    assert average["against_p"] is None and average["against_mean"] == pytest.approx(
+        rows[("loss=singlelh", "ood_average")]["mean"])
+    assert rows[("loss=jointlh", SET)]["against_p"] is not None
+    assert "p n/a: no per-query values" in main([str(root), "--against", "loss=singlelh"])

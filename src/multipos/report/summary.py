@@ -50,7 +50,8 @@ def summary_rows(sweep_dir: str | Path, metric: str = "ndcg@10", against: str | 
     run lacks the zero-shot per-query file). Sets whose name contains ``dev`` (unless ``dev``) and qrels views
     (``set.view``) are left out. With ``against`` (a configuration name as ``config`` gives it, e.g.
     ``loss=singlelh``), each row of every other configuration also has ``against`` (that name), ``against_mean``
-    and ``against_p``: the paired t-test of the two configurations' per-query means over their own seeds.
+    and ``against_p``: the paired t-test of the two configurations' per-query means over their own seeds; None for
+    a set without per-query files (an aggregate such as Table 3's ``ood_average``).
 
     Raises FileNotFoundError when the sweep holds no complete run; ValueError when the runs disagree on their
     sets or queries (:func:`paired_ttest` names the difference), or naming the configurations there are when
@@ -69,11 +70,17 @@ def summary_rows(sweep_dir: str | Path, metric: str = "ndcg@10", against: str | 
         config = name if len(groups) > 1 else None
         for row in _configuration_rows(group, metric, dev):
             if base is not None and group is not base:
-                row.update(against=against, against_mean=base.value(row["set"], metric),
-                           against_p=paired_ttest(group.query_values(row["set"], metric),
-                                                  base.query_values(row["set"], metric))[1])
+                s = row["set"]
+                p = (paired_ttest(group.query_values(s, metric), base.query_values(s, metric))[1]
+                     if _has_query_values(group, s, metric) and _has_query_values(base, s, metric) else None)
+                row.update(against=against, against_mean=base.value(s, metric), against_p=p)
             rows.append({"config": config, **row})
     return rows
+
+
+def _has_query_values(group: SeedGroup, eval_set: str, metric: str) -> bool:
+    """Whether every run of ``group`` has per-query values of ``metric`` on ``eval_set`` (an aggregate set has none)."""
+    return all(eval_set in run.per_query and metric in run.per_query[eval_set] for run in group.runs)
 
 
 def _configuration_rows(group: SeedGroup, metric: str, dev: bool = False) -> list[dict]:
@@ -89,7 +96,7 @@ def _configuration_rows(group: SeedGroup, metric: str, dev: bool = False) -> lis
                "zero_shot": (refs.get("zero-shot") or {}).get(s, {}).get(metric),
                "bm25": (refs.get("bm25") or {}).get(s, {}).get(metric), "p": None}
         zs_file = runs[0].path / "references" / "zero-shot" / f"per_query.{s}.json"
-        if zs_file.is_file() and all(s in run.per_query and metric in run.per_query[s] for run in runs):
+        if zs_file.is_file() and _has_query_values(group, s, metric):
             zero_shot = json.loads(zs_file.read_text())[metric]
             row["p"] = paired_ttest(group.query_values(s, metric), zero_shot)[1]
         rows.append(row)
@@ -112,7 +119,8 @@ def format_summary(rows: Sequence[dict], metric: str = "ndcg@10") -> str:
         if r["bm25"] is not None:
             ref += f" | BM25 {r['bm25']:.4f}"
         if r.get("against") is not None:
-            ref += f" | vs {r['against']} {r['mean'] - r['against_mean']:+.4f}, p = {r['against_p']:.1e}"
+            ref += f" | vs {r['against']} {r['mean'] - r['against_mean']:+.4f}"
+            ref += f", p = {r['against_p']:.1e}" if r["against_p"] is not None else ", p n/a: no per-query values"
         lines.append(f"  {r['set']:<16} {r['mean']:.4f} ± {r['sd']:.4f} over {r['n_seeds']} seeds ({seeds}){ref}")
     return "\n".join(lines)
 
