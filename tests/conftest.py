@@ -23,8 +23,8 @@ os.environ["MULTIPOS_CACHE"] = tempfile.mkdtemp(prefix="multipos-test-cache-")
 
 def _share_the_cores_between_workers() -> None:
     """Under pytest-xdist with N workers, each worker (and each process its tests start, through OMP_NUM_THREADS)
-    gets an even share of the cores instead of one torch thread per core each: N workers × every core oversubscribes
-    the CPU, and OpenMP threads waiting on each other then cost more than they bring. A value the caller set wins."""
+    gets an even share of the cores instead of one torch thread per core each, which would run N times as many
+    threads as there are cores. A value the caller set wins."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers <= 1:
         return
