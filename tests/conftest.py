@@ -28,8 +28,9 @@ def _share_the_cores_between_workers() -> None:
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers <= 1:
         return
-    share = max(1, (os.cpu_count() or 1) // workers)
-    os.environ.setdefault("OMP_NUM_THREADS", str(share))
+    from multipos.hardware import cores_per_job  # the share launcher=parallel gives each of its runs
+
+    os.environ.setdefault("OMP_NUM_THREADS", str(cores_per_job(workers)))
     import torch
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
