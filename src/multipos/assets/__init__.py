@@ -1,9 +1,12 @@
-"""Where real data and checkpoints come from: one setting, one fallback.
+"""Where real data and checkpoints come from: the assets folder, else built from their public sources.
 
 The shared assets folder is found through the environment variable ``MULTIPOS_ASSETS`` (default:
-``../shared/assets`` beside the repository). When an asset is not there, multipos falls back to its
-public source (Hugging Face hub id for models, the BEIR download URL for datasets) and raises a
-:class:`AssetNotFoundError` that names both places when neither works.
+``../shared/assets`` beside the repository). An asset that is not there is built from the public files the
+registry (:mod:`multipos.assets.registry`) lists for it, verified by hash, into ``<cache>/assets`` (cache:
+``$MULTIPOS_CACHE``, default ``<repo>/.cache``); ``python -m multipos.assets fetch NAME...`` builds named assets
+into ``$MULTIPOS_ASSETS``. ``MULTIPOS_MIRROR`` replaces every public host by a mirror
+(:func:`multipos.assets.download.mirrored_url`). When nothing works, :class:`AssetNotFoundError` names every
+place tried.
 """
 
 from __future__ import annotations
@@ -17,9 +20,9 @@ from pathlib import Path
 
 from multipos.types import DataFormatError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
-#: Public sources of the assets used by the default configs.
+#: Public source of BEIR datasets that have no registry entry (e.g. the paper's out-of-domain sets).
 BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{name}.zip"
 #: DPR's open-domain QA files (Karpukhin et al., 2020; facebookresearch/DPR ``download_data.py``).
 DPR_URLS = {
@@ -58,10 +61,14 @@ def is_local_path(name_or_path: str) -> bool:
 def resolve_model(name_or_path: str) -> str:
     """Return a local checkpoint folder or a hub id for ``name_or_path``.
 
-    An existing folder is returned as is; a bare name found in ``<assets>/models/`` resolves there;
-    otherwise the hub id is returned (``transformers`` downloads it where a network exists). Raises
-    AssetNotFoundError for a filesystem path (absolute, or starting with ``./``, ``../`` or ``~``) that is not
-    a folder: it cannot be a hub id.
+    An existing folder is returned as is; a bare name found in ``<assets>/models/`` resolves there; a registered
+    name (:data:`multipos.assets.registry.REGISTRY`, e.g. ``all-MiniLM-L6-v2``) resolves to ``<cache>/assets/models``,
+    built from its hub files on first use; any other name is returned as a hub id (``transformers`` downloads it
+    where a network exists).
+
+    Raises:
+        AssetNotFoundError: a filesystem path (absolute, or starting with ``./``, ``../`` or ``~``) that is not a
+            folder, or a registered model that is neither in the assets folder nor downloadable (every place tried).
     """
     if Path(name_or_path).expanduser().is_dir():
         return str(Path(name_or_path).expanduser())
@@ -72,7 +79,41 @@ def resolve_model(name_or_path: str) -> str:
     local = assets_dir() / "models" / short
     if local.is_dir():
         return str(local)
+    from multipos.assets.registry import REGISTRY
+
+    if short in REGISTRY and name_or_path in (short, HUB_IDS.get(short)):
+        return str(_build_registered(short, [local]))
     return HUB_IDS.get(name_or_path, name_or_path)
+
+
+def built_assets_dir() -> Path:
+    """Where assets built from their public sources go when ``$MULTIPOS_ASSETS`` lacks them: ``<cache>/assets``."""
+    return cache_dir() / "assets"
+
+
+def _build_registered(name: str, tried: list[Path], download: bool = True) -> Path:
+    """Build registered asset ``name`` into :func:`built_assets_dir` (or return it, built before)."""
+    from multipos.assets.build import build_asset
+    from multipos.assets.download import AssetDownloadError
+    from multipos.assets.registry import get
+
+    kind = get(name).kind
+    built = built_assets_dir() / kind / name
+    if built.is_dir():
+        return built
+    tried = [*tried, built]
+    if not download:
+        reason = "download disabled"
+    else:
+        try:
+            return build_asset(name, built_assets_dir(), cache_dir() / "downloads")
+        except AssetDownloadError as e:
+            reason = f"building it from its public sources failed: {e}"
+    raise AssetNotFoundError(
+        f"{kind[:-1] if kind == 'models' else 'dataset'} {name!r} not found (tried {', '.join(map(str, tried))}; "
+        f"{reason}). Set MULTIPOS_ASSETS to a folder holding {kind}/{name}, run `python -m multipos.assets fetch "
+        f"{name}` where a network exists, or set MULTIPOS_MIRROR to a mirror of its public files."
+    )
 
 
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -114,9 +155,13 @@ def check_checkpoint_dir(path: str | Path) -> None:
 def resolve_dataset(name_or_path: str, download: bool = True) -> Path:
     """Return a BEIR-layout folder for a dataset name (``nfcorpus``) or path.
 
-    Looks in order at: an existing path, ``<assets>/data/<name>``, ``<cache>/beir/<name>``, then
-    downloads ``BEIR_URL`` into the cache. Raises AssetNotFoundError naming every place tried, or, for a filesystem
-    path (:func:`is_local_path`) that is not a folder, saying so without looking further.
+    Looks in order at: an existing path, ``<assets>/data/<name>``; then, for a registered name
+    (:data:`multipos.assets.registry.REGISTRY`), ``<cache>/assets/data/<name>``, built there from its public sources
+    when missing; for any other name, ``<cache>/beir/<name>``, downloaded from ``BEIR_URL`` when missing.
+
+    Raises:
+        AssetNotFoundError: nothing worked (names every place tried and the ``MULTIPOS_ASSETS`` alternative), or a
+            filesystem path (:func:`is_local_path`) is not a folder (said without looking further).
     """
     path = Path(name_or_path).expanduser()
     if path.is_dir():
@@ -125,10 +170,16 @@ def resolve_dataset(name_or_path: str, download: bool = True) -> Path:
         what = "is a file, not a BEIR folder" if path.exists() else "does not exist"
         raise AssetNotFoundError(f"{name_or_path}: {what} (a BEIR folder holds corpus.jsonl, queries.jsonl and "
                                  "qrels/; data.source.path, eval.paths or an evaluation set's path)")
-    candidates = [assets_dir() / "data" / name_or_path, cache_dir() / "beir" / name_or_path]
-    for c in candidates:
-        if c.is_dir():
-            return c
+    local = assets_dir() / "data" / name_or_path
+    if local.is_dir():
+        return local
+    from multipos.assets.registry import REGISTRY
+
+    if name_or_path in REGISTRY:
+        return _build_registered(name_or_path, [local], download)
+    candidates = [local, cache_dir() / "beir" / name_or_path]
+    if candidates[1].is_dir():
+        return candidates[1]
     url = BEIR_URL.format(name=name_or_path)
     if download:
         try:
@@ -145,14 +196,20 @@ def resolve_dataset(name_or_path: str, download: bool = True) -> Path:
 
 
 def _download_beir(name: str, url: str) -> Path:
+    """An unregistered BEIR dataset: its zip through the download cache, unpacked atomically into the cache."""
+    from multipos.assets.download import fetch_source
+    from multipos.assets.registry import Source
+
+    archive = fetch_source(Source(url, None, "see the BEIR dataset's own licence", name), cache_dir() / "downloads")
     target = cache_dir() / "beir"
-    target.mkdir(parents=True, exist_ok=True)
-    archive = target / f"{name}.zip"
-    with urllib.request.urlopen(url, timeout=30) as r, archive.open("wb") as f:
-        shutil.copyfileobj(r, f)
-    with zipfile.ZipFile(archive) as z:
-        z.extractall(target)
-    archive.unlink()
+    tmp = target / f".{name}.unpacking-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        with zipfile.ZipFile(archive) as z:
+            z.extractall(tmp)
+        os.replace(tmp / name, target / name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return target / name
 
 

@@ -1,0 +1,51 @@
+"""``python -m multipos.assets``: list the registered assets, or build named ones from their public sources.
+
+    python -m multipos.assets list
+    python -m multipos.assets fetch nfcorpus trec-dl-2019 trec-dl-2020 all-MiniLM-L6-v2 [--into DIR]
+
+``fetch`` builds each named asset into ``$MULTIPOS_ASSETS`` (or ``--into``) as ``data/<name>`` or
+``models/<name>``; an asset already there is left as it is. Downloads are cached in ``$MULTIPOS_CACHE/downloads``;
+``MULTIPOS_MIRROR`` replaces every public host by a mirror. Exit status 1 when an asset could not be built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from multipos.assets import assets_dir, cache_dir
+from multipos.assets.build import build_asset
+from multipos.assets.download import AssetDownloadError, mirrored_url
+from multipos.assets.registry import REGISTRY
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m multipos.assets", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="the registered assets and their public source files")
+    fetch = sub.add_parser("fetch", help="build named assets from their public sources")
+    fetch.add_argument("names", nargs="+", metavar="NAME", choices=sorted(REGISTRY))
+    fetch.add_argument("--into", type=Path, default=None, help="assets folder (default: $MULTIPOS_ASSETS)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.command == "list":
+        for asset in REGISTRY.values():
+            print(f"{asset.kind}/{asset.name}: {asset.description}")
+            for s in asset.sources:
+                print(f"    {mirrored_url(s.url)}  {s.hash or '(not pinned)'}  [{s.licence}]")
+        return 0
+    root = (args.into or assets_dir()).expanduser()
+    failed = 0
+    for name in args.names:
+        try:
+            print(f"{name}: {build_asset(name, root, cache_dir() / 'downloads')}")
+        except (AssetDownloadError, OSError) as e:
+            failed += 1
+            print(f"{name}: not built: {e}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
