@@ -1,0 +1,132 @@
+"""``python -m multipos.own_data``: the main job's method on your own data, in one command.
+
+    python -m multipos.own_data run <BEIR folder | Tevatron .jsonl> [--budget-min 20] [--seeds 42,43,44]
+    python -m multipos.own_data prepare <BEIR folder | Tevatron .jsonl>
+
+``run`` prepares the data (:func:`multipos.own_data.prepare.prepare`: splits, positive tiers, lengths; printed
+first, with what the command will do and about how long it takes), searches a recipe on the dev split within
+``--budget-min`` minutes (:func:`multipos.own_data.search.search`; ``--budget-min 0`` keeps the main job's recipe),
+trains it with each seed (query-side, every corpus passage a candidate, the checkpoint chosen on dev), and prints test
+nDCG@10 mean ± sd with the paired t-test against the zero-shot start, next to BM25 (:mod:`multipos.report.summary`).
+Everything lands in ``--out`` (default ``multirun/own_data-<name>``): ``search/trial-<n>/`` and ``seed=<s>/`` run
+folders, ``search/trials.json``, ``recipe.json`` and ``summary.txt``. Re-running the command continues where it
+stopped: finished trials and seeds are read back, not trained again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+from multipos.assets import REPO_ROOT, cache_dir
+
+CONF = REPO_ROOT / "conf"
+
+
+def _compose(overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+
+    from multipos.config_resolvers import register_eval_sets, register_resolvers
+
+    register_resolvers()
+    register_eval_sets(CONF)
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="train", overrides=overrides)
+
+
+def _train(overrides: list[str], out: Path) -> dict:
+    from multipos.train import train
+
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = _compose(["experiment=own_data", *overrides, f"paths.output_dir='{out}'"])
+    (out / "overrides.txt").write_text("\n".join(overrides) + "\n", encoding="utf-8")
+    return train(cfg)
+
+
+def _estimate(prepared, budget_min: float, seeds: int, bf16: bool) -> str:
+    """A rough wall-time estimate from the data's size (basis printed with it): encoding at about 7,000 (fp32) or
+    17,000 (bf16) tokens a second on 2 cores (all-MiniLM-L6-v2, ../shared/MACHINE-NOTES.md), then a query-side
+    step of about 0.5 s per 64 training queries, 9 epochs a seed."""
+    tokens = prepared.counts["passages"] * prepared.passage_max_length * 0.6  # mean text is shorter than the cap
+    encode_min = tokens / (17_000 if bf16 else 7_000) / 60
+    train_min = seeds * 9 * max(1, prepared.counts["train_queries"] // 64) * 0.5 / 60
+    total = encode_min + budget_min + train_min
+    return (f"about {total:.0f} min on a 2-core CPU ({encode_min:.0f} min encoding the corpus once, {budget_min:.0f} "
+            f"min of recipe search, {train_min:.0f} min training {seeds} seeds; a GPU is many times faster)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m multipos.own_data", description=__doc__.split("\n\n")[0])
+    ap.add_argument("command", choices=("run", "prepare"))
+    ap.add_argument("data", help="a BEIR folder (qrels/train.tsv, test.tsv; dev.tsv optional) or a Tevatron .jsonl")
+    ap.add_argument("--budget-min", type=float, default=20.0, help="wall time of the recipe search (0: none)")
+    ap.add_argument("--max-trials", type=int, default=50)
+    ap.add_argument("--seeds", default="42,43,44")
+    ap.add_argument("--gold-grades", type=lambda s: [int(x) for x in s.split(",")], default=None,
+                    help="train qrels grades that are gold (e.g. 2); default: binary qrels one tier, else the top grade")
+    ap.add_argument("--silver-grades", type=lambda s: [int(x) for x in s.split(",")], default=None,
+                    help="train qrels grades that are silver (e.g. 1)")
+    ap.add_argument("--gold-positives", type=int, default=0, help="Tevatron: leading positives of a line that are gold")
+    ap.add_argument("--model", default="all-MiniLM-L6-v2")
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("overrides", nargs="*", help="extra train.py overrides, e.g. trainer=gpu")
+    args = ap.parse_intermixed_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    from transformers import AutoTokenizer
+
+    from multipos.assets import resolve_model
+    from multipos.hardware import native_bf16
+    from multipos.own_data.prepare import prepare
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(args.model))
+    cap = min(512, getattr(tokenizer, "model_max_length", 512) or 512)
+    prepared = prepare(args.data, cache_dir() / "own_data", tokenizer, model_max_length=cap,
+                       gold_grades=args.gold_grades, silver_grades=args.silver_grades,
+                       gold_positives=args.gold_positives)
+    c = prepared.counts
+    print(f"data: {prepared.source}\n  prepared: {prepared.folder}\n  {c['passages']} passages; queries: "
+          f"train {c['train_queries']}, dev {c['dev_queries']} ({prepared.dev}), test {c['test_queries']} "
+          f"({prepared.test}); positive labels: gold {c['gold_labels']}, silver {c['silver_labels']}")
+    for note in prepared.notes:
+        print(f"  {note}")
+    overrides = [*prepared.overrides(), f"model.name_or_path='{args.model}'", *args.overrides]
+    if args.command == "prepare":
+        print("train one seed with:\n  python train.py experiment=own_data " + " ".join(overrides))
+        return 0
+
+    seeds = [int(s) for s in args.seeds.split(",")]
+    out = args.out or REPO_ROOT / "multirun" / f"own_data-{prepared.folder.name}"
+    print(f"plan: query-side fine-tuning of {args.model} (every corpus passage a candidate); recipe search on dev for "
+          f"{args.budget_min:.0f} min, then {len(seeds)} seeds of the best recipe, scored on test next to BM25 and the "
+          f"zero-shot start, into {out}\n  {_estimate(prepared, args.budget_min, len(seeds), native_bf16())}")
+    start = time.time()
+    recipe: dict = {}
+    if args.budget_min > 0:
+        from multipos.own_data.search import search
+
+        def run_trial(trial: dict, folder: Path) -> float:
+            results = _train([*overrides, *(f"{k}={v}" for k, v in trial.items()), "seed=42", "eval.test_sets={}",
+                              "eval.references=false"], folder)
+            return float(results["own_dev"]["ndcg@10"])
+
+        recipe, value, trials = search(run_trial, out / "search", args.budget_min * 60, args.max_trials)
+        print(f"recipe search: {len(trials)} trials, best dev nDCG@10 {value:.4f}: {recipe}")
+    (out / "recipe.json").parent.mkdir(parents=True, exist_ok=True)
+    (out / "recipe.json").write_text(json.dumps(recipe or "the main job's recipe", indent=1) + "\n")
+    for seed in seeds:
+        _train([*overrides, *(f"{k}={v}" for k, v in recipe.items()), f"seed={seed}"], out / "final" / f"seed={seed}")
+    from multipos.report.summary import main as summary
+
+    text = summary([str(out / "final")])
+    (out / "summary.txt").write_text(text + "\n", encoding="utf-8")
+    print(f"done in {(time.time() - start) / 60:.1f} min; summary in {out / 'summary.txt'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
