@@ -10,7 +10,7 @@ export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install train study studies-query-side render test test-slow bench clean-cache
+.PHONY: install train study studies-query-side render lint test test-slow bench clean-cache
 
 ## --no-compile: pip would byte-compile every module of the stack (92 s for the whole install here, 48 s without);
 ## Python compiles, and caches, only the modules a run imports, the first time it imports them (about 10 s once).
@@ -27,24 +27,27 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 ## The main job on the embedded default (conf/experiment/default.yaml): query-side fine-tuning of all-MiniLM-L6-v2 on
-## NFCorpus (JointLH, every corpus passage a candidate), three seeds into multirun/default-cpu (a re-run skips finished
-## seeds), then the summary: test nDCG@10 mean ± sd, p-value vs the zero-shot start, BM25, TREC DL 2019/2020.
-## Two-tower: make train EXPERIMENT=two_tower PARALLEL= (seeds one after another: two-tower runs side by side ran out of
-## memory on 24 GiB, docs/two-tower.md). One seed: make train SEEDS=42.
-## First the first seed's run is prepared on every core (prepare_only=true: corpora encoded, training data, reference
-## rows, all into the caches); then every seed trains side by side, the cores shared between them (launcher=parallel,
-## one run per seed; on 2 cores one torch thread each: three one-thread runs make 1.3x the main job's steps a second of
-## one run on both cores in bf16, 1.14x in fp32: bench/bench_parallel_runs.py --step main --side-by-side 2,3 [--bf16],
-## 2026-11-26). PARALLEL= trains them one after another.
+## NFCorpus, three seeds into multirun/default-cpu (a re-run skips finished seeds), then the summary (test nDCG@10
+## mean ± sd, paired t-tests vs the zero-shot start and BM25). It first prints its plan and expected wall time, then
+## prepares the first seed on every core (prepare_only=true: corpora encoded, training data and reference rows
+## cached), then trains the seeds side by side, one core's share each (launcher=parallel; PARALLEL= one after another).
+## One seed: make train SEEDS=42. Two-tower: make train EXPERIMENT=two_tower PARALLEL= (docs/two-tower.md).
+## Your own data: make train DATA=<BEIR folder | Tevatron .jsonl> [BUDGET=<minutes of recipe search>] (docs/own-data.md).
 EXPERIMENT ?= default
 SEEDS ?= 42,43,44
+BUDGET ?= 20
 comma := ,
 SEED_LIST := $(subst $(comma), ,$(SEEDS))
 PARALLEL ?= launcher=parallel parallel_jobs=$(words $(SEED_LIST))
 train: install
+ifdef DATA
+	$(BIN)/python -m multipos.own_data run '$(DATA)' --budget-min $(BUDGET) --seeds $(SEEDS) $(ARGS)
+else
+	$(if $(filter default,$(EXPERIMENT)),$(BIN)/python -m multipos.runs.plan --seeds $(SEEDS))
 	$(BIN)/python train.py -m experiment=$(EXPERIMENT) seed=$(firstword $(SEED_LIST)) prepare_only=true $(ARGS)
 	$(BIN)/python train.py -m experiment=$(EXPERIMENT) seed=$(SEEDS) $(PARALLEL) $(ARGS)
 	$(BIN)/python -m multipos.report.summary multirun/$(EXPERIMENT)-cpu
+endif
 
 ## One study of the paper: make study NAME=table2_homogeneous [ARGS="scale=paper seed=42,43,44"], then make render NAME=...
 study: install
@@ -73,7 +76,12 @@ render: install
 ## One process: make test ARGS="-n 0".
 TEST_WORKERS_MAX ?= 4
 test: install
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n auto --maxprocesses $(TEST_WORKERS_MAX) $(ARGS)
+
+## Linter (ruff, settings in pyproject.toml); make test runs it first.
+lint: install
+	$(BIN)/ruff check .
 
 ## Long end-to-end runs.
 test-slow: install

@@ -4,10 +4,9 @@ or python train.py -m experiment=<study>. Returns ``optimized_metric`` (e.g. dev
 from pathlib import Path
 
 import hydra
-
-from multipos.config_resolvers import register_eval_sets, register_resolvers
 from omegaconf import DictConfig
 
+from multipos.config_resolvers import register_eval_sets, register_resolvers
 
 register_resolvers()  # before Hydra composes the config
 register_eval_sets(Path(__file__).parent / "conf")  # eval=<set>: one set of conf/benchmark

@@ -69,13 +69,13 @@ def peak_rss_mb() -> float:
 
 def worker(args) -> None:
     """One ``fit`` of ``args.steps`` + 1 steps; each rank writes ``{out}.rank<r>.json``."""
-    from hydra.utils import instantiate
-
     import torch
     from common import bench_data, pick_device
+    from hydra.utils import instantiate
+    from sides import StepTimer, data_module, multipos_model
+
     from multipos.losses import ContrastiveLoss
     from multipos.module import RetrieverModule
-    from sides import StepTimer, data_module, multipos_model
 
     device = pick_device()
     data = bench_data()
@@ -132,7 +132,8 @@ def ddp_and_grad_cache(quick: bool) -> dict:
                 "step_s": round(step, 3), "queries_per_s": round(n * t["batch"] / step, 2),
                 "max_rss_mb": [round(r["max_rss_mb"]) for r in ranks]}
         two = res[f"processes_2_threads_{max(1, cores // 2)}"]["queries_per_s"]
-        res["throughput_2_vs_1_same_threads_per_process"] = round(two / res["processes_1_threads_1"]["queries_per_s"], 3)
+        res["throughput_2_vs_1_same_threads_per_process"] = round(
+            two / res["processes_1_threads_1"]["queries_per_s"], 3)
         res["throughput_2_vs_1_all_cores"] = round(two / res[f"processes_1_threads_{cores}"]["queries_per_s"], 3)
         m = sizes["memory"]
         for tag, chunk in (("no_grad_cache", None), ("grad_cache", m["chunk"])):

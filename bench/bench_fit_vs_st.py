@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from common import REPO, append_result, bench_setup, machine_info, sync
 
 OUT = Path(__file__).resolve().parent / "results" / "speed.jsonl"
@@ -93,7 +92,11 @@ def multipos_fit(data, device, batch: int, group: int, steps: int, phases: Phase
 
 def st_train(data, device, batch: int, group: int, steps: int, bf16: bool, phases: Phases | None = None) -> float:
     from datasets import Dataset
-    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+    from sentence_transformers import (
+        SentenceTransformer,
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+    )
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
     from sides import TAU, MemorySource
 
@@ -112,7 +115,8 @@ def st_train(data, device, batch: int, group: int, steps: int, bf16: bool, phase
     st.max_seq_length = 128
     args = SentenceTransformerTrainingArguments(
         output_dir=tempfile.mkdtemp(prefix="multipos-bench-st-"), per_device_train_batch_size=batch, max_steps=steps,
-        learning_rate=2e-5, warmup_ratio=0.0, lr_scheduler_type="constant", max_grad_norm=1.0, bf16=bf16, use_cpu=device.type == "cpu",
+        learning_rate=2e-5, warmup_ratio=0.0, lr_scheduler_type="constant", max_grad_norm=1.0, bf16=bf16,
+        use_cpu=device.type == "cpu",
         dataloader_num_workers=auto_workers(), save_strategy="no", eval_strategy="no", report_to=[],
         logging_steps=auto_log_interval(),
         disable_tqdm=True, seed=0)

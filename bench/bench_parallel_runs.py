@@ -37,6 +37,7 @@ def worker(steps: int, threads: int, kind: str = "study", bf16: bool = False) ->
     torch.set_num_threads(threads)
     from bench_query_side import group_lookup_loss, lookup_groups
     from common import bench_setup
+
     from multipos.corpus_candidates import corpus_scores, corpus_targets
     from multipos.embedding_gradients import RowSparseEmbeddingGrads
     from multipos.losses import compute
@@ -54,7 +55,8 @@ def worker(steps: int, threads: int, kind: str = "study", bf16: bool = False) ->
     RowSparseEmbeddingGrads([model.query_encoder])  # as RetrieverModule.on_fit_start does on a CPU
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=5e-5, fused=True)
-    index = torch.nn.functional.normalize(torch.randn(len(ids), 384, generator=torch.Generator().manual_seed(0)), dim=-1)
+    index = torch.nn.functional.normalize(torch.randn(len(ids), 384, generator=torch.Generator().manual_seed(0)),
+                                          dim=-1)
 
     def loss_of(q, groups):
         if kind == "study":
@@ -129,7 +131,8 @@ def main() -> None:
     step = ("query-side, B=16, G=8 looked up, JointLH" if args.step == "study"
             else "make train's: B=64, every corpus passage a candidate, JointLH")
     res = {**machine_info(), "bench": "parallel_runs", "device": "cpu", "precision": "bf16" if args.bf16 else "fp32",
-           "model": "all-MiniLM-L6-v2", "step": step + ", packed, row-sparse embedding gradients, clipping, fused AdamW",
+           "model": "all-MiniLM-L6-v2",
+           "step": step + ", packed, row-sparse embedding gradients, clipping, fused AdamW",
            "rounds": args.rounds, "steps": args.steps, "threads_one_process": args.threads,
            "targets": {"two_one_thread_vs_one_process": 1.2},
            "s_per_step_one_process": [round(s, 4) for s in one],

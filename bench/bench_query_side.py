@@ -31,7 +31,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from common import append_result, bench_setup, interleaved, machine_info
 
 OUT = Path(__file__).resolve().parent / "results" / "speed.jsonl"
@@ -67,7 +66,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--chunk-size", type=int, default=65536)
     ap.add_argument("--pack-batches", default="16,64",
-                    help="queries per batch of the packing comparisons: group candidates at the first, corpus at the second")
+                    help="queries per batch of the packing comparisons: group candidates at the first, "
+                         "corpus at the second")
     ap.add_argument("--fp32", action="store_true",
                     help="no bf16 autocast (the query-side studies' CPU precision, size.query_side_precision)")
     ap.add_argument("--out", type=Path, default=OUT)
@@ -75,10 +75,10 @@ def main() -> None:
     device, bf16, data = bench_setup()
     bf16 = bf16 and not args.fp32
     from multipos.corpus_candidates import corpus_scores, corpus_targets
-    from multipos.retrieval.encoding import autocast_context
     from multipos.data.groups import group_masks
     from multipos.losses import compute
     from multipos.model import DualEncoder
+    from multipos.retrieval.encoding import autocast_context
 
     B, G = args.batch, args.group
     ids = list(data.passages)
@@ -100,7 +100,8 @@ def main() -> None:
     def step(model, opt, loss_fn, groups, clip: float | None = None):
         opt.zero_grad()
         with autocast_context(device, bf16):
-            q = model.encode_queries({k: v.to(device) for k, v in model.tokenize([g.query for g in groups], "query").items()})
+            q = model.encode_queries({k: v.to(device)
+                                      for k, v in model.tokenize([g.query for g in groups], "query").items()})
             loss = loss_fn(model, q, groups)
         loss.backward()
         if clip is not None:  # as training clips (trainer.gradient_clip_val)
@@ -125,8 +126,10 @@ def main() -> None:
              "query_side_corpus": lambda b: step(*qc, corpus, b)}
     start = time.perf_counter()
     t = interleaved(sides, batches, warmup=1, device=device)
-    res = {**machine_info(), "bench": "query_side", "device": str(device), "precision": "bf16 autocast" if bf16 else "fp32",
-           "model": Path(data.model).name, "data": "nfcorpus" if data.real else "random texts", "corpus_passages": len(ids),
+    res = {**machine_info(), "bench": "query_side", "device": str(device),
+           "precision": "bf16 autocast" if bf16 else "fp32",
+           "model": Path(data.model).name, "data": "nfcorpus" if data.real else "random texts",
+           "corpus_passages": len(ids),
            "batch": B, "group": G, "query_len": 32, "passage_len": 128, "rounds": args.rounds, "objective": "jointlh",
            "chunk_size": args.chunk_size, "targets": {"two_tower_vs_query_side_per_query": 20.0}}
     res.update({f"s_per_training_query_{k}": round(v / B, 5) for k, v in t.items()})
@@ -139,7 +142,8 @@ def main() -> None:
         model.freeze_passage_encoder()
         model.train()
         model.pack_sequences = packing
-        return model, torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5, fused=True)  # as training
+        # as training
+        return model, torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5, fused=True)
 
     padded, packed = train_mode(0), train_mode(128)
     shuffled = dataclasses.replace(data, queries=rng.sample(data.queries, len(data.queries)))

@@ -122,7 +122,8 @@ def main() -> None:
     sharded = search(q, p, qids, pids, k=args.k, shard_size=args.shard_size)
     res["flat_sharded_run_s"] = round(time.perf_counter() - start, 2)
     res["flat_sharded_identical"] = all(list(sharded[x]) == list(whole[x]) for x in qids)
-    res["flat_sharded_max_abs_score_diff"] = max(abs(sharded[x].get(d, float("inf")) - s) for x in qids for d, s in whole[x].items())
+    res["flat_sharded_max_abs_score_diff"] = max(abs(sharded[x].get(d, float("inf")) - s)
+                                                 for x in qids for d, s in whole[x].items())
     store_search(q, p, qids, pids, whole, args, res)
 
     append_result(OUT, res)

@@ -44,10 +44,11 @@ Ratios (> 1 = multipos faster), with the targets of issue 9:
   one batched tokenisation of the training passages.
 
 Options: ``--threads N`` (torch CPU threads; 1 keeps the ratios stable on a CPU shared with other jobs),
-``--skip steps encode share ddp collate``, ``--out FILE``, ``--workers 4,8,12`` (the Lightning loop again with each DataLoader
-worker count, against a bare loop timed right before it: ``lightning_vs_bare_workers_<n>``), ``--loop-steps N`` (steps
-of each Lightning loop; default: rounds), ``--loop-rounds N`` (default 3). A SIGTERM (``timeout``) still writes the line,
-with what was measured before it and ``stopped_in`` naming the phase it stopped (exit status 124).
+``--skip steps encode share ddp collate``, ``--out FILE``, ``--workers 4,8,12`` (the Lightning loop again with each
+DataLoader worker count, against a bare loop timed right before it: ``lightning_vs_bare_workers_<n>``),
+``--loop-steps N`` (steps of each Lightning loop; default: rounds), ``--loop-rounds N`` (default 3). A SIGTERM
+(``timeout``) still writes the line, with what was measured before it and ``stopped_in`` naming the phase it stopped
+(exit status 124).
 
 Sizes: ``--quick`` B=4, G=4, 32/64-token queries/passages, 128 passages encoded at 64 tokens; full: B=64, G=8,
 32/128 tokens, 4096 passages at 256 tokens. Default: full on CUDA, quick otherwise. Device: CUDA when available;
@@ -110,7 +111,8 @@ def step_ratios(data, device, bf16: bool, size: dict, res: dict, workers: list[i
     res["step_vs_st_mnrl"] = round(t["st_mnrl"] / t["multipos"], 3)
     res["step_vs_st_mnrl_shipped"] = round(t["st_mnrl_shipped"] / t["multipos"], 3)
     res["dropout"] = {"multipos": "attention 0.0 (model=minilm), hidden 0.1", "bare": "attention 0.0, hidden 0.1",
-                      "st_mnrl": "attention 0.0, hidden 0.1", "st_mnrl_shipped": "attention 0.1, hidden 0.1 (checkpoint)"}
+                      "st_mnrl": "attention 0.0, hidden 0.1",
+                      "st_mnrl_shipped": "attention 0.1, hidden 0.1 (checkpoint)"}
     del st_sides, sides
 
     # the Lightning loop against a bare loop timed right before it, in rounds: the bare loop's own time moved by 36 %
@@ -169,9 +171,9 @@ def step_ratios(data, device, bf16: bool, size: dict, res: dict, workers: list[i
 def encode_ratio(data, device, bf16: bool, size: dict, res: dict) -> None:
     """multipos ``encode`` vs sentence-transformers ``encode`` on the same passages (interleaved rounds)."""
     import numpy as np
+    from sides import multipos_model, st_model
 
     from multipos.retrieval.encoding import encode
-    from sides import multipos_model, st_model
 
     texts = list(data.passages.values())[: size["encode_n"]]
     length, batch = size["encode_len"], 64
@@ -280,13 +282,15 @@ def objective_share(data, device, bf16: bool, size: dict, step_s: float, full_st
 
 def _measured_step(data, device, bf16, B, G, lq, lp):
     """The multipos step at B × G on full-length random token ids (3 timed steps) → (seconds, how)."""
-    from multipos.data.collate import Batch
     from sides import multipos_step
+
+    from multipos.data.collate import Batch
 
     step = multipos_step(data, device, bf16)
 
     def tokens(n, length):
-        return {"input_ids": torch.randint(100, 1000, (n, length)), "attention_mask": torch.ones(n, length, dtype=torch.long)}
+        return {"input_ids": torch.randint(100, 1000, (n, length)),
+                "attention_mask": torch.ones(n, length, dtype=torch.long)}
 
     pos = torch.zeros(B, B * G, dtype=torch.bool)
     pos[torch.arange(B), torch.arange(B) * G] = True
@@ -324,7 +328,8 @@ def main() -> None:
                     help="also time the Lightning loop with each of these DataLoader worker counts, e.g. 4,8,12")
     ap.add_argument("--loop-steps", type=int, default=None, help="steps of each Lightning loop (default: rounds)")
     ap.add_argument("--loop-rounds", type=int, default=3,
-                    help="rounds of bare loop, Lightning loop over collated batches, Lightning loop over the data module")
+                    help="rounds of bare loop, Lightning loop over collated batches, "
+                         "Lightning loop over the data module")
     ap.add_argument("--out", type=Path, default=OUT, help=f"results file (default {OUT.relative_to(OUT.parents[2])})")
     args = ap.parse_args()
     if args.threads:

@@ -4,8 +4,9 @@ Markdown tables quoted in docs/gpu-and-scale-out.md (``python bench/corpus_arith
 Memory: embeddings N·d·b bytes (b = 4 for float32, 2 for float16); FAISS ``IndexFlatIP`` stores float32 (a GPU
 flat index can store float16); ``IndexHNSWFlat`` adds its graph, ≈ 2·M int32 links per vector on level 0 plus
 ≈ M·4/(M−1) bytes on the upper levels; ``IndexIVFFlat`` adds an 8-byte id per vector and nlist·d·4 bytes of
-centroids (nlist = :func:`multipos.retrieval.dense.default_nlist`). Shards per GPU: :func:`multipos.retrieval.shards.shards_for_memory`
-with 85 % of the GPU's memory as the budget (the rest for the CUDA context and search buffers).
+centroids (nlist = :func:`multipos.retrieval.dense.default_nlist`). Shards per GPU:
+:func:`multipos.retrieval.shards.shards_for_memory` with 85 % of the GPU's memory as the budget (the rest for the CUDA
+context and search buffers).
 
 Time: exact search costs Q·N·d multiply-adds; the rate is taken from the newest ``flat_search_s`` line in
 ``bench/results/search.jsonl`` of full size (queries·n·dim / seconds; a quick line only when there is none), so
@@ -49,7 +50,8 @@ def main() -> None:
     print("| corpus | " + " | ".join(f"{g} GB GPU fp32 / fp16" for g in GPUS_GB) + " |")
     print("|---|" + "---|" * len(GPUS_GB))
     for name, (n, d, _, _) in CORPORA.items():
-        cells = [f"{shards_for_memory(n, d, 0.85 * g * GB)} / {shards_for_memory(n, d, 0.85 * g * GB, 2)}" for g in GPUS_GB]
+        cells = [f"{shards_for_memory(n, d, 0.85 * g * GB)} / {shards_for_memory(n, d, 0.85 * g * GB, 2)}"
+                 for g in GPUS_GB]
         print(f"| {name} | " + " | ".join(cells) + " |")
     rate, line = measured_rate()
     if rate is None:

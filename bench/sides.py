@@ -1,4 +1,5 @@
-"""The contenders of the speed benchmark, each a ``step(batch)`` on the same :class:`multipos.data.collate.Batch` objects:
+"""The contenders of the speed benchmark, each a ``step(batch)`` on the same :class:`multipos.data.collate.Batch`
+objects:
 
 * ``multipos``: :class:`multipos.module.RetrieverModule` (DualEncoder, mean pooling, L2, τ = 0.05, SingleLH)
   forward, loss, backward, gradient clipping at 1.0, AdamW step — what Lightning runs in each training step;
@@ -46,8 +47,8 @@ class MemorySource:
 
 
 def data_module(data: BenchData, batch_size: int, group_size: int, query_len: int, passage_len: int):
-    """:class:`multipos.data.datamodule.MultiPosDataModule` over :class:`MemorySource`: 1 positive + G − 1 hard negatives per
-    query, tokenised by the model's tokenizer, DataLoader workers as the training configs choose them."""
+    """:class:`multipos.data.datamodule.MultiPosDataModule` over :class:`MemorySource`: 1 positive + G − 1 hard
+    negatives per query, tokenised by the model's tokenizer, DataLoader workers as the training configs choose them."""
     from multipos.data.datamodule import MultiPosDataModule
     from multipos.hardware import auto_workers
 

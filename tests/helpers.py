@@ -9,7 +9,6 @@ from hydra import compose, initialize_config_dir
 
 from multipos.config_resolvers import register_eval_sets, register_resolvers
 
-
 REPO = Path(__file__).resolve().parents[1]
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 
@@ -50,10 +49,12 @@ def tiny_overrides(tiny_beir: Path, tiny_bert: Path, out: Path, *extra: str) -> 
         "model.pooling=cls", "model.normalize=false", "model.temperature=1.0",
         f"data.source.path={tiny_beir}", "data.source.ordering=given", "data.source.negative_depth=20",
         "data.batch_size=2", "data.group_size=4", "data.max_positives=2",
-        *trainer_overrides(), "trainer.max_epochs=1", "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1",
+        *trainer_overrides(), "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
+        "trainer.log_every_n_steps=1",
         "eval=nfcorpus_dev", f"eval.test_sets.nfcorpus_dev.path={tiny_beir}",
         "eval.test_sets.nfcorpus_dev.name=tiny_test", "eval.test_sets.nfcorpus_dev.split=test",
-        f"eval.validation={{_target_: multipos.evaluation.sets.EvalSet, name: tiny_dev, path: '{tiny_beir}', split: dev, metrics: [ndcg@10]}}",
+        f"eval.validation={{_target_: multipos.evaluation.sets.EvalSet, name: tiny_dev, path: '{tiny_beir}', "
+        "split: dev, metrics: [ndcg@10]}",
         "eval.bf16=false", "eval.k=20", "eval.passage_max_length=64",
         *extra,
     ]

@@ -15,14 +15,14 @@ from types import SimpleNamespace
 import pytest
 
 from multipos.assets import AssetNotFoundError
+from multipos.data.beir import load_beir, read_corpus, read_queries
 from multipos.data.budget import apply_budget
 from multipos.data.datamodule import MultiPosDataModule
 from multipos.data.groups import GroupBuilder, TrainQuery
-from multipos.data.beir import load_beir, read_corpus, read_queries
+from multipos.data.sources import BeirGradedSource, TevatronSource
 from multipos.data.tevatron import parse_tevatron, read_tevatron
 from multipos.data.trec import read_qrels, read_run
 from multipos.types import DataFormatError
-from multipos.data.sources import BeirGradedSource, TevatronSource
 from tests.helpers import compose_cfg, tiny_overrides
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tevatron_train.jsonl"
@@ -282,7 +282,8 @@ def test_a_missing_local_path_is_named_and_never_looked_up_or_downloaded(tmp_pat
 @pytest.mark.parametrize("damage, needle", [
     (lambda d: [p.unlink() for p in d.iterdir()], "missing config.json"),
     (lambda d: (d / "model.safetensors").unlink(), "missing model weights"),
-    (lambda d: [(d / f).unlink() for f in ("vocab.txt", "tokenizer.json", "tokenizer_config.json")], "missing tokenizer"),
+    (lambda d: [(d / f).unlink() for f in ("vocab.txt", "tokenizer.json", "tokenizer_config.json")],
+     "missing tokenizer"),
     (lambda d: (d / "multipos_encoder.json").write_text('{"pooling": '), "multipos_encoder.json: not valid JSON"),
 ])
 def test_checkpoint_dir_that_is_not_a_model(tiny_bert, tmp_path, damage, needle):
@@ -404,3 +405,17 @@ def test_bad_input_fails_before_the_run_directory_is_touched(beir_copy, tiny_ber
         train(cfg)
     assert sorted(p.name for p in out.iterdir()) == ["metrics.json"]
     assert (out / "metrics.json").read_text() == '{"keep": 1}'
+
+
+def test_the_log_says_what_each_regime_keeps_and_drops(tiny_beir, tiny_bert, caplog):
+    """Graded qrels under regime=homogeneous: the gold positives are not used, and the log says how many and why."""
+    from multipos.data import MultiPosDataModule
+    from multipos.data.sources import BeirGradedSource
+
+    source = BeirGradedSource(str(tiny_beir), "qrels-graded/train.s-3.qrel", negative_depth=5)
+    dm = MultiPosDataModule(source, str(tiny_bert), regime="homogeneous", group_size=4, max_positives=2,
+                            batch_size=2)
+    with caplog.at_level("INFO", logger="multipos.data.datamodule"):
+        dm.setup()
+    assert ("regime homogeneous: 5 of 5 training queries, 20 of 10 gold + 20 silver positive labels; "
+            "10 positive labels not used (homogeneous keeps silver positives only") in caplog.text

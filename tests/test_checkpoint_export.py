@@ -46,7 +46,8 @@ def test_shared_folder_is_a_sentence_transformer(tiny_bert, tmp_path, pooling, n
     # τ is not in the embeddings: multipos scores = sentence-transformers similarity / τ, same ranking
     q = encode(model, ["heart cholesterol"], "query", **KW)
     sim = loaded.similarity(torch.from_numpy(q), torch.from_numpy(ours)).numpy()
-    np.testing.assert_allclose(sim / 0.05, model.score(torch.from_numpy(q), torch.from_numpy(ours)).numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(sim / 0.05, model.score(torch.from_numpy(q), torch.from_numpy(ours)).numpy(),
+                               rtol=1e-4, atol=1e-4)
 
     # the folder is a plain HF checkpoint too, and a multipos one
     hf = AutoModel.from_pretrained(str(path))

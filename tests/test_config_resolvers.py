@@ -51,10 +51,33 @@ def test_a_continued_study_tries_new_points_where_a_fixed_seed_repeats_the_first
 @pytest.mark.parametrize("experiment", ["nfcorpus_recipe_search", "two_tower_recipe_search"])
 def test_each_recipe_search_seeds_its_sampler_by_its_stored_trials(experiment, tmp_path):
     def seed() -> tuple[int, str]:
-        cfg = compose_cfg("train", [f"experiment={experiment}", f"hydra.sweep.dir={tmp_path}"], return_hydra_config=True)
+        cfg = compose_cfg("train", [f"experiment={experiment}", f"hydra.sweep.dir={tmp_path}"],
+                          return_hydra_config=True)
         return cfg.hydra.sweeper.sampler.seed, cfg.hydra.sweeper.study_name
 
     first, name = seed()
     assert first == 42
     _continue(tmp_path, name, 2, 42)
     assert seed() == (44, name)
+
+
+def test_sweep_cells_are_named_by_values_never_by_paths():
+    from multipos.config_resolvers import run_subdir
+
+    name = "data.source.path=/data/a/b/my_beir,loss=lsepair,seed=42"
+    assert run_subdir(name) == "data.source.path=my_beir,loss=lsepair,seed=42"
+    assert run_subdir("eval.paths=[x,y],loss=jointlh") == "eval.paths=[x,y],loss=jointlh"  # a list value stays whole
+    study = ("data.batch_size=64,data.max_positives=4,loss=jointlh,module.optimizer.lr=0.00019921329109073735,"
+             "passages.candidates=corpus,regime=all,trainer.max_epochs=9")
+    assert run_subdir(study) == study  # a study's cell names are unchanged
+    assert run_subdir("") == ""
+
+
+def test_a_sweep_over_a_path_writes_a_short_folder():
+    from omegaconf import OmegaConf, open_dict
+
+    cfg = compose_cfg("train", ["experiment=own_data", "data_path=/data/x/y/mine", "seed=42"], return_hydra_config=True)
+    OmegaConf.set_readonly(cfg.hydra, False)
+    with open_dict(cfg):
+        cfg.hydra.job.override_dirname = "data_path=/data/x/y/mine,seed=42"
+    assert cfg.hydra.sweep.subdir == "data_path=mine,seed=42"

@@ -18,8 +18,11 @@ GROUPS = sorted(p.name for p in Path(CONF).iterdir() if p.is_dir() and p.name no
 EXPERIMENTS = sorted(p.stem for p in (Path(CONF) / "experiment").glob("*.yaml"))
 #: Groups whose files need other settings to compose (an eval set whose paths the user gives).
 NEEDS = {("eval", "beir"): ["eval.paths=[nfcorpus]"]}
-PAPER_TABLES = ("table2_homogeneous", "table3_ood", "table4_heterogeneous", "table5_curriculum", "figure_ratio_ablation",
-                "table6_lsepair_variants", "table7_budget", "table8_first_vs_random_m", "table9_recontriever",
+#: Experiments that need a setting to compose (the user's data).
+EXPERIMENT_NEEDS = {"own_data": ["data_path=nfcorpus"]}
+PAPER_TABLES = ("table2_homogeneous", "table3_ood", "table4_heterogeneous", "table5_curriculum",
+                "figure_ratio_ablation", "table6_lsepair_variants", "table7_budget", "table8_first_vs_random_m",
+                "table9_recontriever",
                 "nfcorpus_recipe_search", "default")
 
 
@@ -79,13 +82,15 @@ def test_every_experiment_cell_composes_and_plans(experiment, scale):
     cells = sweep_cells(experiment, seeds_once=True)
     assert cells, f"{experiment}: no sweep"
     for cell in cells if scale == "cpu" else cells[:1]:  # the paper scale changes no sweep axis
-        cfg = compose_cfg("train", [f"experiment={experiment}", f"scale={scale}", "paths.output_dir=out", *cell])
+        cfg = compose_cfg("train", [f"experiment={experiment}", f"scale={scale}", "paths.output_dir=out", *cell,
+                                    *EXPERIMENT_NEEDS.get(experiment, [])])
         resolved = OmegaConf.to_container(cfg, resolve=True)
         assert resolved["experiment_name"] == experiment
         assert resolved["report"]["name"] == experiment and resolved["report"]["columns"]
         stages = plan(cfg.stages, evaluate_only=bool(resolved.get("init_from")))  # every stage valid
         # a study trains, unless it evaluates another study's models (init_from, no epochs: Table 3)
-        assert sum(s.epochs for s in stages) >= 1 or (resolved.get("init_from") and resolved["trainer"]["max_epochs"] == 0)
+        assert (sum(s.epochs for s in stages) >= 1
+                or (resolved.get("init_from") and resolved["trainer"]["max_epochs"] == 0))
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
@@ -94,7 +99,7 @@ def test_experiment_instantiates(experiment, tiny_bert, tmp_path):
     and eval sets (the model path points at the tiny BERT: no download)."""
     cell = sweep_cells(experiment)[0]
     cfg = compose_cfg("train", [f"experiment={experiment}", *cell, f"model.name_or_path={tiny_bert}",
-                                f"paths.output_dir={tmp_path}"])
+                                f"paths.output_dir={tmp_path}", *EXPERIMENT_NEEDS.get(experiment, [])])
     datamodule = instantiate(cfg.data, seed=cfg.seed)
     assert datamodule.regime in ("homogeneous", "heterogeneous", "gold", "all")
     model = instantiate(cfg.model)
@@ -143,7 +148,8 @@ def test_table3_evaluates_the_table2_run_of_the_same_cell():
     """Each Table 3 cell starts from the Table 2 run directory of the same sweep cell (and trains nothing)."""
     for scale in ("cpu", "paper"):
         for cell in sweep_cells("table3_ood"):
-            t2 = compose_cfg("train", ["experiment=table2_homogeneous", f"scale={scale}", *cell], return_hydra_config=True)
+            t2 = compose_cfg("train", ["experiment=table2_homogeneous", f"scale={scale}", *cell],
+                             return_hydra_config=True)
             t3 = compose_cfg("train", ["experiment=table3_ood", f"scale={scale}", "paths.output_dir=out", *cell])
             assert t3.init_from == f"{t2.hydra.sweep.dir}/{t2.hydra.job.override_dirname}/model"
             assert t3.trainer.max_epochs == 0 and t3.eval.validation is None
@@ -154,7 +160,8 @@ def test_two_tower_wise_ft_interpolates_each_seed_of_the_two_tower_job_toward_it
     """Each ``two_tower_wise_ft`` cell evaluates the ``two_tower`` run of its seed (trains nothing) and interpolates
     toward the encoder that run started from (``wise_ft.start`` null: ``model.name_or_path``); alpha 0 to 1."""
     cells = sweep_cells("two_tower_wise_ft")
-    assert sorted({float(dict(o.split("=", 1) for o in c)["wise_ft.alpha"]) for c in cells}) == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert (sorted({float(dict(o.split("=", 1) for o in c)["wise_ft.alpha"]) for c in cells})
+            == [0.0, 0.25, 0.5, 0.75, 1.0])
     for cell in cells:
         seed = [o for o in cell if o.startswith("seed=")]
         job = compose_cfg("train", ["experiment=two_tower", *seed], return_hydra_config=True)
@@ -174,7 +181,8 @@ def test_table3_trains_nothing_in_either_fine_tuning(fine_tuning):
     suffix = "-query_side" if fine_tuning == "query_side" else ""
     assert cfg.init_from.startswith(f"multirun/table2_homogeneous-cpu{suffix}/")
     if extra:  # every other study trains 3 epochs query-side
-        assert compose_cfg("train", ["experiment=table2_homogeneous", *extra, "paths.output_dir=out"]).trainer.max_epochs == 3
+        assert compose_cfg("train", ["experiment=table2_homogeneous", *extra,
+                                     "paths.output_dir=out"]).trainer.max_epochs == 3
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in (Path(CONF) / "benchmark").glob("*.yaml")))

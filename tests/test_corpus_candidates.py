@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from multipos.corpus_candidates import (corpus_scores, corpus_targets, full_corpus_scores, negative_summary)
+from multipos.corpus_candidates import corpus_scores, corpus_targets, full_corpus_scores, negative_summary
 from multipos.losses import HARDEST_NEGATIVE, OBJECTIVES, SINGLE_POSITIVE, compute
 
 N, H = 103, 16
@@ -60,7 +60,8 @@ def test_chunked_equals_unchunked_in_float32_and_bf16_index(name):
 def test_corpus_scores_stay_float32_under_bf16_autocast(name):
     """bf16-mixed training runs the forward and the loss under autocast (the backward outside it, as Lightning
     does): the corpus scores, the loss and the query gradient are the float32 ones."""
-    q0 = torch.nn.functional.normalize(torch.randn(len(POSITIVES), H, generator=torch.Generator().manual_seed(3)), dim=-1)
+    q0 = torch.nn.functional.normalize(torch.randn(len(POSITIVES), H, generator=torch.Generator().manual_seed(3)),
+                                       dim=-1)
     passages = _corpus(torch.float32)
     targets = corpus_targets(POSITIVES, JUDGED, ROW)
     summary = "max" if name in HARDEST_NEGATIVE else "lse"

@@ -13,8 +13,9 @@ never needs a GPU). Issue "The GPU path, proven on a GPU", item 1:
 * ``train.py``'s job end to end with ``trainer=gpu`` (bf16-mixed): two-tower with dense hard negatives, and
   query-side with every corpus passage a candidate and GradCache — finite metrics, CUDA recorded in run_info.
 
-The rest of the suite runs on the GPU too with ``MULTIPOS_TEST_ACCELERATOR=gpu`` (:func:`tests.helpers.trainer_overrides`):
-the tiny training jobs then train on CUDA in fp32. docs/gpu.md gives the command and what it found.
+The rest of the suite runs on the GPU too with ``MULTIPOS_TEST_ACCELERATOR=gpu``
+(:func:`tests.helpers.trainer_overrides`): the tiny training jobs then train on CUDA in fp32. docs/gpu.md gives the
+command and what it found.
 """
 
 from __future__ import annotations
@@ -216,7 +217,6 @@ def test_between_logging_steps_the_whole_loop_makes_the_host_wait_nowhere(tiny_b
     import lightning_utilities
 
     import multipos
-
     from tests.test_host_sync import StepTag
 
     roots = tuple(str(Path(m.__file__).resolve().parent) for m in (multipos, lightning, lightning_utilities))
@@ -269,7 +269,8 @@ def test_a_loader_with_pin_memory_yields_pinned_batches_that_move_to_the_gpu_unc
         tensors = [*batch.query.values(), *batch.passages.values(), batch.positive_mask, batch.negative_mask]
         assert all(t.is_pinned() for t in tensors)
         moved = batch.to(CUDA)
-        assert moved.positive_mask.is_cuda and torch.equal(moved.passages["input_ids"].cpu(), batch.passages["input_ids"])
+        assert moved.positive_mask.is_cuda and torch.equal(moved.passages["input_ids"].cpu(),
+                                                           batch.passages["input_ids"])
 
 
 def test_pinned_stages_each_dtype_in_page_locked_memory_and_to_device_copies_it_exactly():

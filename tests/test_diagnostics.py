@@ -12,8 +12,14 @@ import pytest
 import torch
 
 from multipos.callbacks import GradientDiagnostics
-from multipos.diagnostics import (CLOSED_FORMS, batch_diagnostics, closed_form_gradient,
-                                  objective_gradient, positive_gradient_stats, score_statistics)
+from multipos.diagnostics import (
+    CLOSED_FORMS,
+    batch_diagnostics,
+    closed_form_gradient,
+    objective_gradient,
+    positive_gradient_stats,
+    score_statistics,
+)
 from multipos.train import train
 from tests.helpers import compose_cfg, tiny_overrides
 
@@ -92,7 +98,8 @@ def test_single_positive_rows_give_no_gradient_shares():
     pos = torch.tensor([[True, False, False]])
     grad = objective_gradient("lsepair", torch.tensor([[1.0, 0.0, 2.0]]), pos, ~pos)
     assert positive_gradient_stats(grad, torch.tensor([[1.0, 0.0, 2.0]]), pos) == {}
-    assert "diag/lsepair/grad_share_top" not in batch_diagnostics(torch.tensor([[1.0, 0.0, 2.0]]), pos, ~pos, ["lsepair"])
+    assert "diag/lsepair/grad_share_top" not in batch_diagnostics(torch.tensor([[1.0, 0.0, 2.0]]), pos, ~pos,
+                                                                  ["lsepair"])
 
 
 def test_bad_input_is_rejected():
@@ -151,7 +158,8 @@ def test_interval_is_raised_to_a_multiple_of_the_log_interval():
 
 def test_tiny_training_run_logs_diagnostics_to_csv(tiny_beir, tiny_bert, tmp_path):
     out = tmp_path / "run"
-    cfg = compose_cfg("train", ["loss=lsepair", "callbacks=diagnostics", "callbacks.gradient_diagnostics.every_n_steps=1",
+    cfg = compose_cfg("train", ["loss=lsepair", "callbacks=diagnostics",
+                                "callbacks.gradient_diagnostics.every_n_steps=1",
                                 *tiny_overrides(tiny_beir, tiny_bert, out), "eval.references=false"])
     train(cfg)
     rows = list(csv.DictReader((out / "csv" / "metrics.csv").open()))

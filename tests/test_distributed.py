@@ -57,7 +57,8 @@ def make_batch(model, groups: list[Group]):
 
     positive_mask, negative_mask = group_masks(groups)
     pids = [p for g in groups for p in g.passage_ids]
-    return Batch(dict(model.tokenize([g.query for g in groups], "query")), dict(model.tokenize([passage_text(p) for p in pids])),
+    return Batch(dict(model.tokenize([g.query for g in groups], "query")),
+                 dict(model.tokenize([passage_text(p) for p in pids])),
                  positive_mask, negative_mask, [g.query_id for g in groups], pids, list(groups))
 
 
@@ -161,7 +162,8 @@ def test_global_masks_are_rows_of_the_union_masks(false_negative):
     for rank in range(2):
         local = groups[2 * rank: 2 * rank + 2]
         pos, neg = group_masks(local, columns, offset=6 * rank)
-        assert torch.equal(pos, union_pos[2 * rank: 2 * rank + 2]) and torch.equal(neg, union_neg[2 * rank: 2 * rank + 2])
+        assert (torch.equal(pos, union_pos[2 * rank: 2 * rank + 2])
+                and torch.equal(neg, union_neg[2 * rank: 2 * rank + 2]))
     # one process is the special case: the local columns at offset 0
     pos, neg = group_masks(groups[:2], [p for g in groups[:2] for p in g.passage_ids], offset=0)
     assert torch.equal(pos, group_masks(groups[:2])[0]) and torch.equal(neg, group_masks(groups[:2])[1])
@@ -219,8 +221,8 @@ def test_one_process_layout_needs_no_process_group():
                          ids=["plain", "grad_cache"])
 def test_train_py_ddp_two_cpu_processes_writes_one_set_of_outputs(tiny_beir, tiny_bert, tmp_path, extra):
     out = tmp_path / "run"
-    overrides = [o for o in tiny_overrides(tiny_beir, tiny_bert, out)
-                 if not o.startswith(("paths.output_dir", "trainer.accelerator", "trainer.deterministic"))]  # gloo on CPU
+    overrides = [o for o in tiny_overrides(tiny_beir, tiny_bert, out)  # gloo on CPU
+                 if not o.startswith(("paths.output_dir", "trainer.accelerator", "trainer.deterministic"))]
     cmd = [sys.executable, "train.py", f"hydra.run.dir={out}", "trainer=ddp", "trainer.accelerator=cpu",
            "trainer.devices=2", "eval.references=false", *overrides, *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
@@ -246,8 +248,9 @@ def test_train_py_ddp_two_cpu_processes_writes_one_set_of_outputs(tiny_beir, tin
 
 
 def test_submitit_slurm_launcher_composes_for_sweeps():
-    cfg = compose_cfg("train", ["hydra/launcher=submitit_slurm", "trainer=ddp", "trainer.devices=4", "trainer.num_nodes=2",
-                                "hydra.launcher.nodes=2", "hydra.launcher.tasks_per_node=4", "hydra.launcher.gpus_per_node=4"],
+    cfg = compose_cfg("train", ["hydra/launcher=submitit_slurm", "trainer=ddp", "trainer.devices=4",
+                                "trainer.num_nodes=2", "hydra.launcher.nodes=2", "hydra.launcher.tasks_per_node=4",
+                                "hydra.launcher.gpus_per_node=4"],
                       return_hydra_config=True)
     launcher = cfg.hydra.launcher
     assert launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
@@ -280,8 +283,8 @@ def test_train_py_ddp_query_side_two_cpu_processes(tiny_beir, tiny_bert, tmp_pat
     from transformers import AutoModel
 
     out = tmp_path / "run"
-    overrides = [o for o in tiny_overrides(tiny_beir, tiny_bert, out)
-                 if not o.startswith(("paths.output_dir", "trainer.accelerator", "trainer.deterministic"))]  # gloo on CPU
+    overrides = [o for o in tiny_overrides(tiny_beir, tiny_bert, out)  # gloo on CPU
+                 if not o.startswith(("paths.output_dir", "trainer.accelerator", "trainer.deterministic"))]
     cmd = [sys.executable, "train.py", f"hydra.run.dir={out}", "trainer=ddp", "trainer.accelerator=cpu",
            "trainer.devices=2", "eval.references=false", "passages=frozen_index", f"passages.candidates={candidates}",
            "loss=jointlh", *overrides]

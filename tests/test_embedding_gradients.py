@@ -124,9 +124,10 @@ def test_a_cpu_query_side_run_uses_it_and_trains_the_same_query_encoder(tiny_bei
 
     def run(out, use: bool):
         monkeypatch.setattr(module, "RowSparseEmbeddingGrads", Recording if use else lambda encoders: None)
+        # a CPU run even where the suite trains on CUDA (MULTIPOS_TEST_ACCELERATOR=gpu)
         train(compose_cfg("train", ["passages=frozen_index", *tiny_overrides(
             tiny_beir, tiny_bert, out, "loss=jointlh", "trainer.max_epochs=2", "module.optimizer.lr=1e-3",
-            "trainer.accelerator=cpu")]))  # a CPU run even where the suite trains on CUDA (MULTIPOS_TEST_ACCELERATOR=gpu)
+            "trainer.accelerator=cpu")]))
         return AutoModel.from_pretrained(out / "model" / "query_encoder").state_dict()
 
     dense, sparse = run(tmp_path / "dense", False), run(tmp_path / "sparse", True)

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from multipos.model import DualEncoder, pool
-from multipos.tokenization import ensure_eos
 from multipos.retrieval.encoding import encode
 from multipos.st_format import read_settings
+from multipos.tokenization import ensure_eos
 
 QUERIES = ["protein diet study", "heart risk"]
 PASSAGES = ["a study of protein and diet in adults", "heart disease risk and exercise", "sleep"]
@@ -46,7 +46,8 @@ def _st_model(path):
 
 
 def test_prompts_go_before_every_text_and_are_saved_as_sentence_transformers_prompts(tiny_bert, tmp_path):
-    model = DualEncoder(str(tiny_bert), pooling="mean", normalize=True, query_prompt="query: ", passage_prompt="passage: ")
+    model = DualEncoder(str(tiny_bert), pooling="mean", normalize=True, query_prompt="query: ",
+                        passage_prompt="passage: ")
     tokens = model.tokenize(["heart"], kind="query")
     plain = model.tokenizer(["query: heart"], return_tensors="pt")
     assert torch.equal(tokens["input_ids"], plain["input_ids"])
@@ -66,7 +67,8 @@ def test_prompts_go_before_every_text_and_are_saved_as_sentence_transformers_pro
     torch.testing.assert_close(torch.as_tensor(st.encode_document(PASSAGES)).float(), p, atol=1e-5, rtol=1e-4)
     # without prompts the embeddings differ (the prompt is really part of the input)
     bare = DualEncoder(str(tiny_bert), pooling="mean", normalize=True).eval()
-    assert not torch.allclose(torch.as_tensor(encode(bare, QUERIES, "query", progress=False, bf16=False)).float(), q, atol=1e-4)
+    assert not torch.allclose(torch.as_tensor(encode(bare, QUERIES, "query", progress=False, bf16=False)).float(), q,
+                              atol=1e-4)
 
 
 def test_a_given_prompt_and_the_checkpoint_s_own(tiny_bert, tmp_path):
@@ -85,8 +87,8 @@ def test_training_batches_carry_the_model_s_prompts(tiny_beir, tiny_bert):
     from multipos.data.sources import BeirGradedSource
 
     model = DualEncoder(str(tiny_bert), query_prompt="query: ", passage_prompt="passage: ")
-    dm = MultiPosDataModule(BeirGradedSource(str(tiny_beir), "qrels-graded/train.s-3.qrel", negative_depth=20), str(tiny_bert),
-                            regime="heterogeneous", group_size=4, max_positives=2, batch_size=2)
+    dm = MultiPosDataModule(BeirGradedSource(str(tiny_beir), "qrels-graded/train.s-3.qrel", negative_depth=20),
+                            str(tiny_bert), regime="heterogeneous", group_size=4, max_positives=2, batch_size=2)
     dm.use_encoder_inputs(model)
     dm.set_stage("heterogeneous", None)
     dm.setup()

@@ -134,4 +134,5 @@ def test_a_suite_stopped_before_its_summary_still_names_its_failures(ingest_modu
                                                  "ERROR": ["tests/test_c.py::test_four"]}
     assert ingest_module.suite_outcomes(["....F.... [ 59%]"]) == {}
     # H7: a test's captured output, printed indented in the failures section, is not an outcome
-    assert ingest_module.suite_outcomes(["  not passed: tests/test_x.py::test_y", "  FAILED tests/test_x.py::test_y"]) == {}
+    assert ingest_module.suite_outcomes(["  not passed: tests/test_x.py::test_y",
+                                         "  FAILED tests/test_x.py::test_y"]) == {}

@@ -32,7 +32,8 @@ def _max_diff(a: dict, b: dict) -> float:
 
 
 def _full_graph_step(module: RetrieverModule, batch, chunk_size: int) -> torch.Tensor:
-    """Plain backpropagation through the whole batch, embeddings computed chunk by chunk (same RNG draws as GradCache)."""
+    """Plain backpropagation through the whole batch, embeddings computed chunk by chunk (same RNG draws as
+    GradCache)."""
     model = module.model
     q = torch.cat([model.encode_queries(c) for c in chunks(batch.query, chunk_size)])
     p = torch.cat([model.encode_passages(c) for c in chunks(batch.passages, chunk_size)])
@@ -64,7 +65,8 @@ def test_grad_cache_equals_plain_backprop_with_dropout_for_every_objective(tiny_
             if kind == "grad_cache":
                 loss = _grad_cache(module, batch, chunk_size)
             elif chunk_size >= 12:  # one chunk per side: exactly the module's plain training computation
-                loss = module.batch_loss(model.encode_queries(batch.query), model.encode_passages(batch.passages), batch)[0]
+                loss = module.batch_loss(model.encode_queries(batch.query), model.encode_passages(batch.passages),
+                                         batch)[0]
                 loss.backward()
             else:
                 loss = _full_graph_step(module, batch, chunk_size)
@@ -100,7 +102,8 @@ class _Outputs(L.Callback):
         self.outputs.append(outputs)
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
-        self.norms.append(float(torch.cat([p.grad.flatten() for p in pl_module.parameters() if p.grad is not None]).norm()))
+        self.norms.append(float(torch.cat([p.grad.flatten() for p in pl_module.parameters()
+                                           if p.grad is not None]).norm()))
 
 
 def _fit(tiny_beir, tiny_bert, chunk_size, steps: int, checkpoints=None, resume=None):
@@ -115,10 +118,12 @@ def _fit(tiny_beir, tiny_bert, chunk_size, steps: int, checkpoints=None, resume=
     dm = _datamodule(tiny_beir, tiny_bert, batch_size=2, seed=0)  # 5 training queries: 2 steps per epoch
     clip = 0.05  # below the tiny model's gradient norm: clipping is active
     module = RetrieverModule(tiny_encoder(tiny_bert), ContrastiveLoss("lsepair"),
-                             optimizer=partial(torch.optim.SGD, lr=0.5), scheduler=linear_warmup_decay, warmup_ratio=0.5,
-                             schedule_total=4, grad_cache_chunk_size=chunk_size, gradient_clip_val=clip)
+                             optimizer=partial(torch.optim.SGD, lr=0.5), scheduler=linear_warmup_decay,
+                             warmup_ratio=0.5, schedule_total=4, grad_cache_chunk_size=chunk_size,
+                             gradient_clip_val=clip)
     seen = _Outputs()
-    callbacks = [seen] + ([ModelCheckpoint(dirpath=checkpoints, filename="{step}", every_n_train_steps=1, save_top_k=-1)]
+    callbacks = [seen] + ([ModelCheckpoint(dirpath=checkpoints, filename="{step}", every_n_train_steps=1,
+                                           save_top_k=-1)]
                           if checkpoints else [])
     trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=steps, max_epochs=4, logger=False,
                         enable_checkpointing=bool(checkpoints), enable_progress_bar=False, enable_model_summary=False,

@@ -19,9 +19,9 @@ from __future__ import annotations
 import traceback
 from pathlib import Path
 
-import pytest
 import lightning
 import lightning_utilities
+import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
@@ -202,7 +202,8 @@ def test_between_logging_steps_the_loop_reads_nothing_back(tiny_beir, tiny_bert,
     the device only when it logs (``trainer.log_every_n_steps``; every 10 steps where a CUDA GPU is) and at an
     epoch's end: in the two-tower loop, with GradCache (Lightning's manual optimisation) and in query-side training
     over every corpus passage. Logging every step reads at every step (what a GPU run did before 2026-11-26);
-    logging every 1000 steps reads at no step but an epoch's last (its dev retrieval, the bar's epoch summary, the next epoch's sampler).
+    logging every 1000 steps reads at no step but an epoch's last (its dev retrieval, the bar's epoch summary, the
+    next epoch's sampler).
     Reads from PyTorch's optimizer (the CPU's single-tensor AdamW reads its step count; on CUDA the step counts stay
     on the CPU) and from transformers (the attention mask check at each forward's start, the bare loop's as well) are
     not counted."""

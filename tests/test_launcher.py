@@ -46,11 +46,11 @@ def test_threads_and_launcher_leave_the_config_hash_alone(tiny_beir, tiny_bert, 
     assert "JoblibLauncher" in parallel.hydra.launcher._target_
     same = compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path), "launcher=parallel"])
     assert config_hash(plain) == config_hash(same)  # a study started one run at a time continues in parallel
-    three = compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path), "launcher=parallel", "parallel_jobs=3",
-                                  "prepare_only=true"], return_hydra_config=True)
+    three = compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path), "launcher=parallel",
+                                  "parallel_jobs=3", "prepare_only=true"], return_hydra_config=True)
     assert three.hydra.launcher.n_jobs == 3 and three.threads == max(1, (os.cpu_count() or 1) // 3)
-    three = compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path), "launcher=parallel", "parallel_jobs=3",
-                                  "prepare_only=true"])
+    three = compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path), "launcher=parallel",
+                                  "parallel_jobs=3", "prepare_only=true"])
     assert config_hash(three) == config_hash(plain)  # make train: prepared alone, then continued three at a time
     freed = compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path), "return_freed_memory=true"])
     assert freed.return_freed_memory is True and config_hash(freed) == config_hash(plain)  # a memory setting
@@ -120,5 +120,6 @@ def test_a_parallel_sweep_trains_both_cells_sharing_the_cores(tiny_beir, tiny_be
     for cell in cells:
         info = json.loads((cell / "run_info.json").read_text())
         each = max(1, (os.cpu_count() or 1) // 2)  # cores_per_job: 1 on the 2-core CPU
-        assert info["status"] == "complete" and info["device"].endswith(f", {each} torch thread" + ("s" if each > 1 else ""))
+        assert info["status"] == "complete" and info["device"].endswith(f", {each} torch thread"
+                                                                         + ("s" if each > 1 else ""))
         assert json.loads((cell / "metrics.json").read_text())["tiny_test"]["ndcg@10"] >= 0

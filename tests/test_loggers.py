@@ -77,7 +77,8 @@ def test_wandb_run_holds_resolved_config_curves_and_test_metrics(tiny_beir, tiny
 
 
 def test_markdown_rows_reads_the_rendered_table():
-    md = "Title\n\n| objective | set nDCG@10 |\n|:---|---:|\n| lsepair | **0.3208**♣ |\n| jointlh | 0.3039- |\n\nnotes\n"
+    md = ("Title\n\n| objective | set nDCG@10 |\n|:---|---:|\n| lsepair | **0.3208**♣ |\n| jointlh | 0.3039- |\n"
+          "\nnotes\n")
     assert loggers.markdown_rows(md) == (["objective", "set nDCG@10"], [["lsepair", "**0.3208**♣"],
                                                                         ["jointlh", "0.3039-"]])
     with pytest.raises(ValueError, match="no Markdown table"):
@@ -88,7 +89,8 @@ def test_markdown_rows_reads_the_rendered_table():
 def test_render_logs_the_table_and_figure_to_wandb_offline(tmp_path, monkeypatch):
     monkeypatch.setattr(loggers, "wandb_reachable", lambda *a, **k: False)
     sweep = tmp_path / "sweep"
-    report = ("report:\n  name: probe_table\n  title: Probe\n  row_key: objective,G,M\n  columns: [nfcorpus_test:ndcg@10]\n"
+    report = ("report:\n  name: probe_table\n  title: Probe\n  row_key: objective,G,M\n"
+              "  columns: [nfcorpus_test:ndcg@10]\n"
               "  plot: {kind: ratio_ablation, eval_set: nfcorpus_test, metrics: [ndcg@10]}\n")
     for i, (obj, m) in enumerate([("lsepair", 2), ("lsepair", 4), ("jointlh", 2), ("jointlh", 4)]):
         pq = {"nfcorpus_test": {"ndcg@10": qmap([0.1 * (i + 1) + 0.01 * q for q in range(6)])}}

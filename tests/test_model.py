@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from multipos.data.datamodule import MultiPosDataModule
+from multipos.data.sources import BeirGradedSource
 from multipos.losses import ContrastiveLoss
 from multipos.model import DualEncoder, pool
 from multipos.module import RetrieverModule
-from multipos.data.sources import BeirGradedSource
 
 
 def test_pool_cls_and_mean():
@@ -187,7 +187,8 @@ def test_prefer_saved_false_forces_the_config(tiny_bert, tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="multipos.model"):
         forced = DualEncoder(str(tmp_path / "m"), pooling="mean", normalize=True, temperature=0.05, prefer_saved=False)
     assert (forced.pooling, forced.normalize, forced.temperature) == ("mean", True, 0.05)
-    assert "model.pooling=mean (config) differs from cls saved in" in caplog.text and "using the config value" in caplog.text
+    assert ("model.pooling=mean (config) differs from cls saved in" in caplog.text
+            and "using the config value" in caplog.text)
     partial = DualEncoder(str(tmp_path / "m"), pooling="mean", prefer_saved=False)  # None still = saved
     assert (partial.pooling, partial.normalize) == ("mean", False)
 

@@ -1,5 +1,6 @@
 """Every notebook in ``notebooks/`` runs headless (nbclient) on a tiny sweep of two real runs on the fixtures, and
-the run-log helpers behind them (``multipos.runs.find``, ``multipos.runs.logs``) read curriculum runs and pick the newest run by its run info.
+the run-log helpers behind them (``multipos.runs.find``, ``multipos.runs.logs``) read curriculum runs and pick the
+newest run by its run info.
 
 ``MULTIPOS_NB_UPDATE=1 pytest tests/test_notebooks.py`` also writes the executed notebooks, with their outputs,
 back to ``notebooks/`` (how the committed outputs were made).
@@ -63,7 +64,8 @@ def execute(name: str, monkeypatch, **env: str):
     text = []
     for cell in nb.cells:
         for out in cell.get("outputs", []):
-            text.append(out.get("text", "") + "".join(str(v) for k, v in out.get("data", {}).items() if k.startswith("text/")))
+            text.append(out.get("text", "")
+                        + "".join(str(v) for k, v in out.get("data", {}).items() if k.startswith("text/")))
     return nb, "\n".join(text)
 
 

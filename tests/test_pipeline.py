@@ -14,7 +14,8 @@ from tests.helpers import compose_cfg, tiny_overrides, trainer_overrides
 METRICS = {"ndcg@10", "mrr@10", "recall@100", "recall@1000"}
 
 
-@pytest.mark.parametrize("loss,data,stages", [("lsepair", "nfcorpus_hetero", "single"), ("rand1lh", "nfcorpus_homo", "single"),
+@pytest.mark.parametrize("loss,data,stages", [("lsepair", "nfcorpus_hetero", "single"),
+                                              ("rand1lh", "nfcorpus_homo", "single"),
                                               ("jointlh", "nfcorpus_homo", "curriculum")])
 def test_train_writes_metrics_runs_and_hf_model(tiny_beir, tiny_bert, tmp_path, loss, data, stages):
     out = tmp_path / "run"
@@ -41,7 +42,8 @@ def test_train_writes_metrics_runs_and_hf_model(tiny_beir, tiny_bert, tmp_path, 
     info = json.loads((out / "run_info.json").read_text())
     assert info["status"] == "complete" and info["wall_s"] > 0
     assert [r["objective"] for r in info["stage_records"]] == ([loss, "singlelh"] if stages == "curriculum" else [loss])
-    assert all(r["training_queries"] > 0 and r["positive_labels"] >= r["training_queries"] for r in info["stage_records"])
+    assert all(r["training_queries"] > 0 and r["positive_labels"] >= r["training_queries"]
+               for r in info["stage_records"])
     if stages == "curriculum":
         assert (out / "checkpoints" / "stage2" / "kept.json").is_file()
         assert [r["regime"] for r in info["stage_records"]] == ["homogeneous", "gold"]
@@ -62,7 +64,8 @@ def test_init_from_evaluates_a_trained_model_without_training(tiny_beir, tiny_be
     for name in ("tiny_dev", "tiny_test"):
         assert refs["zero-shot"][name] == pytest.approx(first_refs["zero-shot"][name])
     # the trained weights were scored (and saved as this run's model), not the starting ones
-    weights = [AutoModel.from_pretrained(d).embeddings.word_embeddings.weight for d in (first / "model", out / "model", tiny_bert)]
+    weights = [AutoModel.from_pretrained(d).embeddings.word_embeddings.weight
+               for d in (first / "model", out / "model", tiny_bert)]
     assert weights[0].equal(weights[1]) and not weights[0].equal(weights[2])
     assert not (out / "checkpoints").exists()
     assert json.loads((out / "run_info.json").read_text())["stage_records"] == []
@@ -70,7 +73,8 @@ def test_init_from_evaluates_a_trained_model_without_training(tiny_beir, tiny_be
 
 def test_missing_init_from_names_the_key_before_writing(tiny_beir, tiny_bert, tmp_path):
     out = tmp_path / "run"
-    cfg = compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, out, f"++init_from={tmp_path / 'nowhere' / 'model'}"))
+    cfg = compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, out,
+                                              f"++init_from={tmp_path / 'nowhere' / 'model'}"))
     with pytest.raises(FileNotFoundError, match="init_from=.*nowhere"):
         train(cfg)
     assert not out.exists()
@@ -209,7 +213,8 @@ def test_evaluate_scores_an_existing_run_file(tiny_beir, tmp_path):
     run = tmp_path / "bm25.trec"
     run.write_text("q-heart-1 Q0 heart-0 1 2.0 t\nq-heart-1 Q0 nope-9 2 1.0 t\nq-diet-1 Q0 heart-1 1 1.0 t\n")
     out = tmp_path / "eval"
-    cfg = compose_cfg("evaluate", ["eval=beir", f"eval.paths=[{tiny_beir}]", "eval.metrics=[mrr@10]", f"run_file={run}", f"paths.output_dir={out}"])
+    cfg = compose_cfg("evaluate", ["eval=beir", f"eval.paths=[{tiny_beir}]", "eval.metrics=[mrr@10]", f"run_file={run}",
+                                   f"paths.output_dir={out}"])
     results = evaluate(cfg)[tiny_beir.name]
     # test queries: q-heart-1, q-diet-1, q-bone-1 (see conftest); only q-heart-1 has a hit, at rank 1
     assert results["mrr@10"] == pytest.approx(1 / 3)

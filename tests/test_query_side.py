@@ -69,9 +69,11 @@ def test_evaluate_py_scores_the_saved_query_side_model(tiny_beir, tiny_bert, tmp
     from multipos.evaluate import evaluate
 
     out = tmp_path / "run"
-    trained = _run(tiny_beir, tiny_bert, out, "loss=summarglh", "passages.candidates=corpus", "module.optimizer.lr=1e-3")
+    trained = _run(tiny_beir, tiny_bert, out, "loss=summarglh", "passages.candidates=corpus",
+                   "module.optimizer.lr=1e-3")
     cfg = compose_cfg("evaluate", [f"model.name_or_path={out / 'model'}", "eval=nfcorpus_test",
-                                   f"paths.output_dir={tmp_path / 'eval'}", f"eval.test_sets.nfcorpus_test.path={tiny_beir}",
+                                   f"paths.output_dir={tmp_path / 'eval'}",
+                                   f"eval.test_sets.nfcorpus_test.path={tiny_beir}",
                                    "eval.test_sets.nfcorpus_test.name=tiny_test", "eval.bf16=false", "eval.k=20",
                                    "eval.passage_max_length=64"])
     assert evaluate(cfg)["tiny_test"] == pytest.approx(trained["tiny_test"], abs=1e-6)
@@ -90,7 +92,8 @@ def test_grad_cache_trains_the_same_query_encoder(tiny_beir, tiny_bert, tmp_path
 
 def test_curriculum_stages_train_query_side(tiny_beir, tiny_bert, tmp_path):
     out = tmp_path / "run"
-    _run(tiny_beir, tiny_bert, out, "loss=lsepair", "data=nfcorpus_homo", "stages=curriculum", "passages.candidates=corpus")
+    _run(tiny_beir, tiny_bert, out, "loss=lsepair", "data=nfcorpus_homo", "stages=curriculum",
+         "passages.candidates=corpus")
     info = json.loads((out / "run_info.json").read_text())
     assert [r["regime"] for r in info["stage_records"]] == ["homogeneous", "gold"]
     start, passage = _weights(tiny_bert), _weights(out / "model" / "passage_encoder")

@@ -19,7 +19,7 @@ import lightning as L
 import pytest
 import torch
 
-from tests.helpers import REPO, compose_cfg, preempt_in_stage_two, trainer_overrides, tiny_overrides
+from tests.helpers import REPO, compose_cfg, preempt_in_stage_two, tiny_overrides, trainer_overrides
 
 
 def _overrides(run_dir: Path, epochs: int = 2, step_checkpoints: bool = True) -> list[str]:
@@ -85,7 +85,8 @@ def test_sigkill_mid_epoch_then_resume_equals_uninterrupted(assets, uninterrupte
     _kill_when(p, ckpt.is_file)
     assert not (broken / "metrics.json").exists()
     step = torch.load(ckpt, map_location="cpu", weights_only=True)["global_step"]
-    total = torch.load(full / "checkpoints" / "stage1" / "last.ckpt", map_location="cpu", weights_only=True)["global_step"]
+    total = torch.load(full / "checkpoints" / "stage1" / "last.ckpt", map_location="cpu",
+                       weights_only=True)["global_step"]
     assert 0 < step < total, (step, total)  # killed part-way through training
 
     p = _train(broken, cache)  # the identical command resumes
@@ -154,7 +155,8 @@ class _Recorder(L.LightningModule):
     def training_step(self, batch, batch_idx):
         for i, q in enumerate(batch.query_ids):
             cols = batch.positive_mask[i].nonzero().flatten().tolist()
-            self.seen.append({"epoch": self.current_epoch, "query": q, "positives": [batch.passage_ids[c] for c in cols]})
+            self.seen.append({"epoch": self.current_epoch, "query": q,
+                              "positives": [batch.passage_ids[c] for c in cols]})
         return (self.w * 0).sum()
 
     def configure_optimizers(self):

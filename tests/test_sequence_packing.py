@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 
 from multipos.model import DualEncoder
 from multipos.runs.keys import config_hash
-from multipos.sequence_packing import (check_pack_sequences, encode_packed, pack, packing_applies, plan_rows,
-                                       pool_packed)
+from multipos.sequence_packing import check_pack_sequences, encode_packed, pack, packing_applies, plan_rows, pool_packed
 from tests.conftest import TOPICS
 from tests.helpers import compose_cfg, tiny_overrides
 

@@ -15,7 +15,8 @@ def test_single_positive_comes_from_the_stage_plan():
     assert make_stage("a", dict(regime="gold", objective="rand1lh", epochs=1)).single_positive == "random"
     assert make_stage("a", dict(regime="gold", objective="lsepair", epochs=1)).single_positive is None
     # explicit: a multi-positive objective on one drawn positive
-    assert make_stage("a", dict(regime="gold", objective="jointlh", epochs=1, single_positive="random")).single_positive == "random"
+    assert make_stage("a", dict(regime="gold", objective="jointlh", epochs=1,
+                                single_positive="random")).single_positive == "random"
 
 
 @pytest.mark.parametrize("spec,match", [

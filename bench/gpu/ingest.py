@@ -41,7 +41,8 @@ RATIOS = ("step_vs_bare", "step_vs_st_mnrl", "lightning_vs_bare", "lightning_col
           "lightning_descriptors_vs_bare", "lightning_pinned_vs_bare", "gap_s_lightning_collated",
           "gap_s_lightning_loop", "gap_s_lightning_descriptors", "gap_s_lightning_pinned", "lightning_unlogged_vs_bare",
           "lightning_run_vs_bare_run", "profile_bare_step", "receive_groups_vs_no_groups", "stage_torch_vs_one_thread",
-          "lightning_vs_bare_workers_8", "lightning_vs_bare_workers_12", "encode_vs_st", "fit_vs_st_train", "stopped_in")
+          "lightning_vs_bare_workers_8", "lightning_vs_bare_workers_12", "encode_vs_st", "fit_vs_st_train",
+          "stopped_in")
 #: An outcome line: at a line's start (``-rA``'s summary) or after xdist's ``[gw3] [ 59%]``; not indented text a test
 #: printed (H7: an ingest test's captured output named ``tests/test_x.py::test_y`` as failed)
 OUTCOME = re.compile(r"^(?:\[gw\d+\] \[\s*\d+%\] )?(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (tests/\S+)")
@@ -154,7 +155,8 @@ def report(unpacked: Path) -> None:
         lines = log.read_text(errors="replace").splitlines()
         print(f"== {log.parent.name}: suite")
         outcomes = suite_outcomes(lines)
-        print("  tests by outcome: " + (", ".join(f"{k} {len(v)}" for k, v in sorted(outcomes.items())) or "none named"))
+        print("  tests by outcome: "
+              + (", ".join(f"{k} {len(v)}" for k, v in sorted(outcomes.items())) or "none named"))
         for test in (outcomes.get("FAILED", []) + outcomes.get("ERROR", []))[:30]:
             print("  not passed: " + test)
         for line in lines[-2:]:
@@ -207,8 +209,10 @@ def main() -> None:
         ratios = {k: record[k] for k in RATIOS if k in record}
         print(f"{verb} to {target}: {record['bench']} at {record.get('commit')} on {record['gpu']}: {ratios}")
     for name in out["sweeps"]:
-        print(f"sweep {name} {'would be ' if args.dry_run else ''}copied: python -m multipos.report.render multirun/{name}"
-              + ("  (the main job: python -m multipos.report.summary multirun/" + name + ")" if name == MAIN_SWEEP else ""))
+        print(f"sweep {name} {'would be ' if args.dry_run else ''}copied: "
+              f"python -m multipos.report.render multirun/{name}"
+              + ("  (the main job: python -m multipos.report.summary multirun/" + name + ")"
+                 if name == MAIN_SWEEP else ""))
     if out["archive"] is not None:
         print(f"{ARCHIVE} rewritten from {len(out['archive'])} sweeps: {', '.join(out['archive'])}")
 

@@ -4,9 +4,12 @@ Modules and subpackages, by concept:
 
 * the science: ``losses`` (objectives, one function per paper equation), ``stages`` (training-stage plans:
   regimes, curriculum), ``diagnostics`` (Sec. 3.3 gradient diagnostics);
-* ``config_mapping`` (settings dataclasses from config mappings), ``tokenization`` (the EOS rule, tokenizer checks), ``lora`` (LoRA adapters), ``st_format`` (the sentence-transformers folder format), ``hardware`` (native bf16, workers), ``config_resolvers`` (the configs' resolvers);
+* ``config_mapping`` (settings dataclasses from config mappings), ``tokenization`` (the EOS rule, tokenizer checks),
+  ``lora`` (LoRA adapters), ``st_format`` (the sentence-transformers folder format), ``hardware`` (native bf16,
+  workers), ``config_resolvers`` (the configs' resolvers);
 * ``types`` (the data model: passages, corpora, qrels, runs, a loaded dataset; below every layer);
-* ``data/``: ``beir``, ``trec``, ``tevatron``, ``dpr`` (file formats), ``negative_filter`` (positive-aware hard-negative filtering), ``sources`` (training data, BM25 / teacher ordering), ``dense_negatives``
+* ``data/``: ``beir``, ``trec``, ``tevatron``, ``dpr`` (file formats), ``negative_filter`` (positive-aware
+  hard-negative filtering), ``sources`` (training data, BM25 / teacher ordering), ``dense_negatives``
   (dense hard-negative mining and ANCE-style refresh), ``groups`` (group construction and masks), ``budget``
   (annotation budget), ``datamodule`` (LightningDataModule); ``assets`` (data and checkpoint locations);
 * query-side fine-tuning: ``passage_index`` (the frozen passage index, looked up by corpus row),
@@ -19,8 +22,8 @@ Modules and subpackages, by concept:
   checkpoints, RNG states, the progress bar), ``loggers`` (W&B that never blocks);
 * ``retrieval/``: ``encoding`` (encoding and the embedding cache), ``dense`` (FAISS runs), ``bm25`` (lexical runs),
   ``topk`` (exact top-k merge), ``shards`` (sharded corpus encoding and search);
-* ``evaluation/``: ``sets`` (evaluation sets), ``metrics`` (ranx metrics), ``qa`` (answer matching and top-k answer accuracy),
-  ``runner`` (evaluation shared by both jobs);
+* ``evaluation/``: ``sets`` (evaluation sets), ``metrics`` (ranx metrics), ``qa`` (answer matching and top-k answer
+  accuracy), ``runner`` (evaluation shared by both jobs);
 * jobs and outputs: ``train`` / ``evaluate`` (the jobs behind ``train.py`` / ``evaluate.py``), ``shard_job``
   (``python -m multipos.shard_job``: sharded encoding and exact search of a corpus), ``fit`` (one training
   stage), ``atomic`` (atomic writes), ``report/`` (tables, significance, plots, the main job's summary);

@@ -15,8 +15,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["AtomicCheckpointIO", "load_checkpoint", "writer", "write_text", "write_json", "write_bytes", "replace_dir", "temp_path",
-           "share_identical"]
+__all__ = ["AtomicCheckpointIO", "load_checkpoint", "writer", "write_text", "write_json", "write_bytes", "replace_dir",
+           "temp_path", "share_identical"]
 
 
 def temp_path(path: str | os.PathLike) -> Path:

@@ -59,7 +59,8 @@ class RetrievalValidation(L.Callback):
         value = trainer.strategy.broadcast(value, src=0)
         log.info("epoch %d: %s %s = %.4f", trainer.current_epoch, self.eval_set.name, self.metric, value)
         # identical on every rank: sync_dist's mean changes nothing and keeps Lightning's epoch-level logging exact
-        pl_module.log(f"val/{self.metric}", float(value), prog_bar=True, on_epoch=True, sync_dist=trainer.world_size > 1)
+        pl_module.log(f"val/{self.metric}", float(value), prog_bar=True, on_epoch=True,
+                      sync_dist=trainer.world_size > 1)
 
     def retrieve(self, pl_module: L.LightningModule) -> float:
         """Dev retrieval with the current weights (encoded where the model trains) → the monitored metric's value."""
@@ -69,7 +70,8 @@ class RetrievalValidation(L.Callback):
                                             device=None, **self.retrieval))
         means, _ = self.eval_set.score(run, self._data)[self.eval_set.name]
         if self.metric not in means:
-            raise ValueError(f"validation metric {self.metric!r} is not among {self.eval_set.name}'s metrics {list(means)}")
+            raise ValueError(f"validation metric {self.metric!r} is not among "
+                             f"{self.eval_set.name}'s metrics {list(means)}")
         return float(means[self.metric])
 
 
@@ -83,7 +85,8 @@ class StepCheckpoint(ModelCheckpoint):
     leaves the epoch-end save (after validation, with the best-dev state) as the resume point.
     """
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch,
+                           batch_idx: int) -> None:
         if batch_idx + 1 >= trainer.num_training_batches:
             return
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
@@ -157,7 +160,8 @@ class NegativeRefresh(L.Callback):
     Every ``K = data.source.negative_refresh_epochs`` epochs (read from the data module's source; None = idle) it
     re-mines at the end of epoch e with (e + 1) % K == 0, unless e is the stage's last epoch, via
     :func:`mine_dense_negatives` with the current model over the source's corpus and all its queries, depth
-    ``data.source.negative_depth``, and hands the pools to :meth:`multipos.data.datamodule.MultiPosDataModule.set_negatives`:
+    ``data.source.negative_depth``, and hands the pools to
+    :meth:`multipos.data.datamodule.MultiPosDataModule.set_negatives`:
     epochs K..2K−1 build their groups from the pools mined after epoch K−1, and so on; epochs 0..K−1 from the
     source's (``data.source.negatives``: BM25 or the starting checkpoint). Groups stay a function of
     (seed, epoch, query) given the pools. Each training stage starts again from the source's pools.
@@ -281,14 +285,16 @@ class GradientDiagnostics(L.Callback):
         self._interval = math.lcm(self.every_n_steps, every_log) if every_log else 0
         if every_log and self._interval != self.every_n_steps:
             warnings.warn(f"callbacks.gradient_diagnostics.every_n_steps={self.every_n_steps} is not a multiple of "
-                          f"trainer.log_every_n_steps={every_log}: diagnostics every {self._interval} steps", stacklevel=2)
+                          f"trainer.log_every_n_steps={every_log}: diagnostics every {self._interval} steps",
+                          stacklevel=2)
 
     def objectives_for(self, pl_module: L.LightningModule) -> list[str]:
         """The trained objective (``pl_module.loss.name``, if any) followed by :attr:`objectives`, without repeats."""
         trained = getattr(getattr(pl_module, "loss", None), "name", None)
         return list(dict.fromkeys([*([trained] if trained else []), *self.objectives]))
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch,
+                           batch_idx: int) -> None:
         step = trainer.global_step
         if not self._interval or step == self._last_step or step % self._interval:
             return

@@ -6,11 +6,13 @@ resolves a run's saved config (:func:`multipos.report.runs.config_node`) and by 
 :mod:`multipos` registers nothing.
 
 ``${basename:<path>}`` → last path component (run names of evaluate.py); ``${auto_precision:}``,
-``${auto_bf16:}``, ``${auto_workers:}``, ``${cores_per_job:<n>}`` → :mod:`multipos.hardware`; ``${sweep_dir:…}`` → :func:`sweep_dir`;
-``${optuna_storage:…}`` → :func:`optuna_storage`; ``${optuna_seed:…}`` → :func:`optuna_seed`; ``${beir_sets:<paths>,<split>,<metrics>}`` → one eval-set config
+``${auto_bf16:}``, ``${auto_workers:}``, ``${cores_per_job:<n>}`` → :mod:`multipos.hardware`;
+``${sweep_dir:…}`` → :func:`sweep_dir`; ``${optuna_storage:…}`` → :func:`optuna_storage`;
+``${optuna_seed:…}`` → :func:`optuna_seed`; ``${beir_sets:<paths>,<split>,<metrics>}`` → one eval-set config
 per BEIR folder (conf/eval/beir.yaml).
 """
 
+import re
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -32,6 +34,24 @@ def sweep_dir(experiment: str, size: str, stamp: str) -> str:
     if experiment in ("adhoc", "", None):
         return f"multirun/{stamp}"
     return f"multirun/{experiment}" + (f"-{size}" if size not in ("none", "", None) else "")
+
+
+_ITEM = re.compile(r",(?=[+~]*[A-Za-z_][\w.@]*=)")  # the "," that starts the next key=value of an override_dirname
+
+
+def run_subdir(override_dirname: str) -> str:
+    """A sweep cell's folder name: Hydra's ``override_dirname`` (``key=value`` pairs, sorted, joined by ``,``) with
+    every value that is a path shortened to its last component, so that a sweep over your own data
+    (``data.source.path=/data/a,/data/b``) writes ``data.source.path=a`` instead of a folder six levels deep. The full
+    overrides are in the run's ``.hydra/overrides.yaml``. Names without a path value are unchanged."""
+    items = _ITEM.split(str(override_dirname)) if override_dirname else []
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if "/" in value:
+            value = value.strip("'\"").rstrip("/").split("/")[-1] or "root"
+        out.append(key + sep + value)
+    return ",".join(out)
 
 
 def optuna_storage(sweep_dir: str) -> str:
@@ -66,6 +86,7 @@ def _basename(path) -> str:
 def register_resolvers() -> None:
     """Register every resolver the configs use (idempotent: ``replace=True``)."""
     OmegaConf.register_new_resolver("basename", _basename, replace=True)
+    OmegaConf.register_new_resolver("run_subdir", run_subdir, replace=True)
     OmegaConf.register_new_resolver("auto_precision", auto_precision, replace=True)
     OmegaConf.register_new_resolver("auto_bf16", native_bf16, replace=True)
     OmegaConf.register_new_resolver("auto_workers", auto_workers, replace=True)

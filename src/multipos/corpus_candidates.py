@@ -48,11 +48,13 @@ class CorpusTargets:
     judged: Tensor
 
     def to(self, device) -> "CorpusTargets":
-        """The same targets on ``device`` (to a CUDA device without a host wait, :func:`multipos.transfer.to_device`)."""
+        """The same targets on ``device`` (to a CUDA device without a host wait,
+        :func:`multipos.transfer.to_device`)."""
         return CorpusTargets(*(to_device(t, device) for t in (self.positive_rows, self.positive_valid, self.judged)))
 
 
-def corpus_targets(positives: Sequence[Sequence[str]], judged: Sequence[set[str]], row: dict[str, int]) -> CorpusTargets:
+def corpus_targets(positives: Sequence[Sequence[str]], judged: Sequence[set[str]],
+                   row: dict[str, int]) -> CorpusTargets:
     """Build :class:`CorpusTargets` from per-query positive ids (in order) and judged ids.
 
     Judged ids outside the corpus are skipped (they cannot be candidates). Raises ValueError naming the query row

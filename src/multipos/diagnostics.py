@@ -17,9 +17,9 @@ Closed forms of App. A (checked against autograd in ``tests/test_diagnostics.py`
 * LSEPair (Eq. 4):   −∂L/∂s_p = Σ_n exp(s_n − s_p) / (1 + Σ_{p'∈D+, n∈D−} exp(s_n − s_p')) — proportional to
   exp(−s_p): the weakest positive gets most of it;  ∂L/∂s_n = Σ_p exp(s_n − s_p) / (1 + Σ_{p',n} exp(s_n − s_p')).
 
-:class:`multipos.callbacks.GradientDiagnostics` (``callbacks=diagnostics``) logs, every N training steps, from the ``scores`` and masks that
-:meth:`multipos.module.RetrieverModule.training_step` returns (autograd on a detached copy: no extra forward pass),
-under ``diag/``:
+:class:`multipos.callbacks.GradientDiagnostics` (``callbacks=diagnostics``) logs, every N training steps, from the
+``scores`` and masks that :meth:`multipos.module.RetrieverModule.training_step` returns (autograd on a detached copy:
+no extra forward pass), under ``diag/``:
 
 * per objective ``<obj>`` (the trained one and ``objectives``), over queries with |D+| ≥ 2:
   ``diag/<obj>/grad_share_top`` and ``diag/<obj>/grad_share_weakest`` — the pull −∂L/∂s_p on the top-scoring and on the
@@ -45,7 +45,7 @@ from torch import Tensor
 
 from multipos.losses import compute
 
-__all__ = ["CLOSED_FORMS", "GradientDiagnostics", "batch_diagnostics", "closed_form_gradient", "objective_gradient",
+__all__ = ["CLOSED_FORMS", "batch_diagnostics", "closed_form_gradient", "objective_gradient",
            "positive_gradient_stats", "score_statistics"]
 
 #: Objectives watched besides the trained one (``callbacks.gradient_diagnostics.objectives``).
@@ -67,7 +67,8 @@ def _inputs(scores: Tensor, positive_mask: Tensor, negative_mask: Tensor) -> tup
             raise ValueError(f"{field} must be a bool tensor of shape {tuple(scores.shape)}, "
                              f"got {mask.dtype} {tuple(mask.shape)}")
     if bool((positive_mask.sum(-1) == 0).any()):
-        raise ValueError(f"query rows {(positive_mask.sum(-1) == 0).nonzero().flatten().tolist()[:10]} have no positive")
+        raise ValueError(f"query rows {(positive_mask.sum(-1) == 0).nonzero().flatten().tolist()[:10]} "
+                         "have no positive")
     s = scores.detach().to(torch.promote_types(scores.dtype, torch.float32))
     return s, positive_mask, negative_mask & ~positive_mask
 
@@ -141,8 +142,10 @@ def positive_gradient_stats(grad: Tensor, scores: Tensor, positive_mask: Tensor)
     rows = (n_pos >= 2) & (weight > 0)
     if not bool(rows.any()):
         return {}
-    order = scores.detach().to(pull.dtype).masked_fill(~pos, -math.inf).sort(dim=-1, descending=True, stable=True).indices
-    rank = torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1], device=order.device).expand_as(order))
+    order = (scores.detach().to(pull.dtype).masked_fill(~pos, -math.inf)
+             .sort(dim=-1, descending=True, stable=True).indices)
+    rank = torch.empty_like(order).scatter_(1, order,
+                                            torch.arange(order.shape[1], device=order.device).expand_as(order))
     r = rank.to(pull.dtype) / (n_pos[:, None] - 1).clamp(min=1)
     top = pull.gather(1, order[:, :1]).squeeze(1)
     weakest = pull.gather(1, order.gather(1, (n_pos - 1).clamp(min=0)[:, None])).squeeze(1)  # last positive in order

@@ -25,9 +25,9 @@ from __future__ import annotations
 import logging
 import os
 import platform
-from pathlib import Path
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist

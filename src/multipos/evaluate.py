@@ -10,16 +10,17 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from multipos.assets import cache_dir
-from multipos.evaluation.sets import EvalSet
 from multipos.data.trec import read_run
-from multipos.weight_interpolation import interpolate_toward_start
 from multipos.evaluation.runner import Evaluation, score_set
+from multipos.evaluation.sets import EvalSet
+from multipos.weight_interpolation import interpolate_toward_start
 
 log = logging.getLogger(__name__)
 
 
 def evaluate(cfg: DictConfig) -> dict:
-    """Encode with ``cfg.model``, retrieve with FAISS, score each set; write ``metrics.json``, runs and per-query values.
+    """Encode with ``cfg.model``, retrieve with FAISS, score each set; write ``metrics.json``, runs and per-query
+    values.
 
     With ``run_file=<TREC run>`` the run is scored as it is (no encoding). With ``eval.references=true``
     also writes ``references.json``: BM25 on the same sets, and with ``zero_shot_model=<name or dir>`` that
@@ -75,7 +76,8 @@ def score_run_file(path: str, sets: list[EvalSet], out=None) -> dict:
         data = es.load()
         unknown = sorted({d for docs in run.values() for d in docs if d not in data.corpus})
         if unknown:
-            log.warning("%s: dropping %d passage ids not in the %s corpus, e.g. %s", path, len(unknown), es.name, unknown[:5])
+            log.warning("%s: dropping %d passage ids not in the %s corpus, e.g. %s", path, len(unknown), es.name,
+                        unknown[:5])
         kept = es.clean({q: {d: s for d, s in docs.items() if d in data.corpus} for q, docs in run.items()})
         results.update(score_set(es, kept, data, out, tag="scored"))
     return results

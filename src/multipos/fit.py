@@ -59,7 +59,8 @@ def build_callbacks(cfg: DictConfig, stage_dir: Path, evaluation=None) -> tuple[
         callbacks.append(checkpoint(dirpath=str(stage_dir), filename=RESUME_FILENAME, monitor=None, save_top_k=1,
                                     save_last="link", save_on_train_epoch_end=True))
     for key, node in cbs.items():
-        if key not in ("retrieval_validation", "model_checkpoint") and isinstance(node, DictConfig) and "_target_" in node:
+        if (key not in ("retrieval_validation", "model_checkpoint") and isinstance(node, DictConfig)
+                and "_target_" in node):
             callbacks.append(instantiate(node))
     return callbacks, best
 
@@ -71,7 +72,8 @@ def build_trainer(cfg: DictConfig, out: Path, max_epochs: int, callbacks: list, 
     ``stage`` (multi-stage runs) becomes the logger's ``version`` so stages log side by side
     (``csv/stage1/metrics.csv``, ``csv/stage2/…``) instead of overwriting each other, or its metric ``prefix``
     (W&B: ``stage1-train/loss``); a W&B logger also records the resolved config (:func:`multipos.loggers.log_config`).
-    Checkpoints are written atomically and read with ``weights_only=True`` (:class:`multipos.atomic.AtomicCheckpointIO`).
+    Checkpoints are written atomically and read with ``weights_only=True``
+    (:class:`multipos.atomic.AtomicCheckpointIO`).
     """
     logger = False
     if cfg.get("logger"):
@@ -114,7 +116,8 @@ def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, m
         state = atomic.load_checkpoint(kept["checkpoint"]) if kept.get("checkpoint") else None
         if state is not None:
             restore_frozen_passage_encoder(model, state, source=kept["checkpoint"])
-            model.load_state_dict({k[len("model."):]: v for k, v in state["state_dict"].items() if k.startswith("model.")})
+            model.load_state_dict({k[len("model."):]: v for k, v in state["state_dict"].items()
+                                   if k.startswith("model.")})
         record = {**kept["record"], "resumed_from": str(kept_file)}  # finished before this process: nothing trained
         return (state["optimizer_states"][0] if state and state.get("optimizer_states") else None), record
     newest = newest_checkpoint(stage_dir)  # an interrupted stage resumes from it
@@ -122,8 +125,8 @@ def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, m
     datamodule.set_stage(stage.regime, stage.single_positive)
     datamodule.setup()
     log.info("stage %d/%d %s: regime=%s objective=%s single_positive=%s epochs=%d optimizer=%s lr_schedule=%s "
-             "(schedule steps %d..%d)", i + 1, n_stages, stage.name, stage.regime, stage.objective, stage.single_positive,
-             stage.epochs, stage.optimizer, stage.lr_schedule, span[0], span[1])
+             "(schedule steps %d..%d)", i + 1, n_stages, stage.name, stage.regime, stage.objective,
+             stage.single_positive, stage.epochs, stage.optimizer, stage.lr_schedule, span[0], span[1])
     # keep=last: no dev retrieval during the stage (nothing to select); the final evaluation still scores dev
     callbacks, best = build_callbacks(cfg, stage_dir, evaluation if stage.keep == "best" else None)
     # conf/loss/<name>.yaml builds the loss; a stage may train another objective with the same settings
@@ -156,7 +159,8 @@ def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, m
         log.info("stage %d: kept %s (%s=%s)", i + 1, kept_path, best.monitor if best else "last",
                  best.best_model_score if best else "-")
     record = {**stage.describe(), **datamodule.stats, "kept": kept_path, "resumed_from": resume_from,
-              "best_dev": float(best.best_model_score) if best is not None and best.best_model_score is not None else None}
+              "best_dev": (float(best.best_model_score)
+                           if best is not None and best.best_model_score is not None else None)}
     if is_rank_zero():
         atomic.write_json(kept_file, {"checkpoint": kept_path, "record": record})
     return opt_state, record

@@ -59,9 +59,10 @@ def cores_per_job(jobs: int) -> int:
 
 
 def set_torch_threads(threads: int | None) -> str:
-    """Give this process ``threads`` torch intra-op threads (config ``threads``; ``launcher=parallel`` shares the cores between
-    its runs, :func:`cores_per_job`) → ``", <n> torch thread(s)"`` for the run's device description, or ``""`` when
-    ``threads`` is None (torch's default, one per core, is left as it is). Raises ValueError for a value below 1."""
+    """Give this process ``threads`` torch intra-op threads (config ``threads``; ``launcher=parallel`` shares the cores
+    between its runs, :func:`cores_per_job`) → ``", <n> torch thread(s)"`` for the run's device description, or ``""``
+    when ``threads`` is None (torch's default, one per core, is left as it is). Raises ValueError for a value
+    below 1."""
     if threads is None:
         return ""
     import torch

@@ -40,7 +40,8 @@ def _offline(offline: bool | None) -> bool:
     return os.environ.get("WANDB_MODE") in ("offline", "dryrun", "disabled") or not wandb_reachable()
 
 
-def wandb_logger(project: str = "multipos", name: str | None = None, save_dir: str = ".", offline: bool | None = None, **kwargs):
+def wandb_logger(project: str = "multipos", name: str | None = None, save_dir: str = ".", offline: bool | None = None,
+                 **kwargs):
     """Lightning ``WandbLogger``; ``offline=None`` picks offline mode when the server is unreachable.
 
     ``kwargs`` go to ``WandbLogger`` and ``wandb.init`` (``group``, ``job_type``, ``tags``, ``prefix``…). Offline runs

@@ -12,8 +12,8 @@ from transformers import AutoModel, AutoTokenizer
 from multipos import atomic
 from multipos.assets import ENCODER_SETTINGS_FILE, cache_dir, check_checkpoint_dir, resolve_model
 from multipos.encoder_settings import resolve_settings
-from multipos.sequence_packing import encode_packed, packing_applies
 from multipos.lora import LoraSettings, add_adapters, has_adapters, merged_copy, save_adapter
+from multipos.sequence_packing import encode_packed, packing_applies
 from multipos.st_format import POOLING_MODES, write_side
 from multipos.tokenization import check_tokenizer, ensure_eos
 
@@ -267,8 +267,8 @@ class DualEncoder(nn.Module):
         (LoRA: the merged weights, and with ``lora.save_adapter`` the adapter alone in ``<folder>/adapter/``)."""
         if self.lora and self.lora.save_adapter and has_adapters(encoder):
             save_adapter(encoder, folder / "adapter")
-        write_side(folder, merged_copy(encoder), self.tokenizer, self.pooling, self.normalize, max_length, self.query_prompt,
-                   self.passage_prompt)
+        write_side(folder, merged_copy(encoder), self.tokenizer, self.pooling, self.normalize, max_length,
+                   self.query_prompt, self.passage_prompt)
 
     def save_pretrained(self, path: str | Path) -> None:
         """Save as a Hugging Face + sentence-transformers folder (layout: see the class docstring).

@@ -134,7 +134,8 @@ class RetrieverModule(L.LightningModule):
         if not 0.0 <= warmup_ratio < 1.0:
             raise ValueError(f"module.warmup_ratio must be in [0, 1), got {warmup_ratio}")
         if grad_cache_chunk_size is not None and int(grad_cache_chunk_size) < 1:
-            raise ValueError(f"module.grad_cache_chunk_size must be >= 1 or null (no GradCache), got {grad_cache_chunk_size}")
+            raise ValueError(f"module.grad_cache_chunk_size must be >= 1 or null (no GradCache), "
+                             f"got {grad_cache_chunk_size}")
         self.model, self.loss = model, loss
         self.optimizer_factory = optimizer or partial(torch.optim.AdamW, lr=2e-5, weight_decay=0.01)
         self.scheduler_factory = scheduler
@@ -220,12 +221,13 @@ class RetrieverModule(L.LightningModule):
         summarising every corpus passage not judged for it), scaled like :meth:`batch_loss` under DDP.
         """
         if self.candidates == "group":
-            rows = to_device(FrozenPassageIndex.rows_of(self.passage_row, batch.passage_ids), self.passage_embeddings.device)
+            rows = to_device(FrozenPassageIndex.rows_of(self.passage_row, batch.passage_ids),
+                             self.passage_embeddings.device)
             return self.batch_loss(q, self.passage_embeddings[rows], batch)
         if batch.groups is None:
             raise ValueError("passages.candidates=corpus needs Batch.groups (positives and judged passages per query)")
-        targets = corpus_targets([g.passage_ids[: g.n_positives] for g in batch.groups], [g.judged for g in batch.groups],
-                                 self.passage_row).to(q.device)
+        targets = corpus_targets([g.passage_ids[: g.n_positives] for g in batch.groups],
+                                 [g.judged for g in batch.groups], self.passage_row).to(q.device)
         summary = "max" if self.loss.name in HARDEST_NEGATIVE else "lse"
         scores, positive_mask, negative_mask = corpus_scores(q, self.passage_embeddings, self.model.temperature,
                                                              targets, self.chunk_size, summary)
@@ -306,7 +308,8 @@ class RetrieverModule(L.LightningModule):
             Precision.clip_gradients(plugin, optimizer, gradient_clip_val,
                                      GradClipAlgorithmType(gradient_clip_algorithm or GradClipAlgorithmType.NORM))
             return
-        self.clip_gradients(optimizer, gradient_clip_val=gradient_clip_val, gradient_clip_algorithm=gradient_clip_algorithm)
+        self.clip_gradients(optimizer, gradient_clip_val=gradient_clip_val,
+                            gradient_clip_algorithm=gradient_clip_algorithm)
 
     def parameter_groups(self) -> list[dict]:
         """AdamW parameter groups: weights with decay, biases and LayerNorm weights (ndim < 2) without."""
@@ -337,7 +340,8 @@ class RetrieverModule(L.LightningModule):
             return opt
         # a known schedule length avoids estimated_stepping_batches, which builds the train dataloader before a
         # checkpoint's dataloader state is restored (a mid-epoch resume would then replay the epoch's start)
-        total = int(self.schedule_total) if self.schedule_total else max(1, int(self.trainer.estimated_stepping_batches))
+        total = (int(self.schedule_total) if self.schedule_total
+                 else max(1, int(self.trainer.estimated_stepping_batches)))
         sched = self.scheduler_factory(opt, num_warmup_steps=int(self.warmup_ratio * total), num_training_steps=total)
         if self.schedule_offset:
             with warnings.catch_warnings():  # fast-forward a continued schedule: no optimizer step is meant

@@ -4,8 +4,8 @@ encoder, looked up by corpus row during training instead of being encoded.
 Query-side fine-tuning (DensePhrases, Lee et al., EMNLP 2021, Sec. 4.2 "query-side fine-tuning") keeps the passage
 encoder E_d at its starting checkpoint and trains only the query encoder E_q. The passage embeddings then never
 change, so they are computed once, through the same on-disk embedding cache as evaluation
-(:func:`multipos.retrieval.encoding.cached_encode`, keyed by the passage encoder's weights, the corpus, the length and the
-precision): the zero-shot reference, the teacher ordering, the dev retrieval of every epoch and the final
+(:func:`multipos.retrieval.encoding.cached_encode`, keyed by the passage encoder's weights, the corpus, the length and
+the precision): the zero-shot reference, the teacher ordering, the dev retrieval of every epoch and the final
 evaluation on the same corpus reuse them and encode only queries.
 
 Memory: the index is N × H in ``dtype``. MS MARCO (8.84M × 768) is 13.6 GB in bf16 (27.2 GB in float32); NQ's
@@ -125,7 +125,8 @@ def check_settings(passages) -> None:
         raise ValueError("passages.candidates=corpus needs the frozen passage index (passages=frozen_index): "
                          "two-tower training encodes its passages every step")
     if passages.get("frozen") and not passages.get("index"):
-        raise ValueError("passages.frozen=true needs passages.index (how the corpus is encoded; conf/passages/frozen_index.yaml)")
+        raise ValueError("passages.frozen=true needs passages.index (how the corpus is encoded; "
+                         "conf/passages/frozen_index.yaml)")
 
 
 def for_training(passages, model, corpus, cache: Path | None) -> FrozenPassageIndex | None:

@@ -97,7 +97,8 @@ def write_side(folder: Path, encoder: nn.Module, tokenizer, pooling: str, normal
     Raises ValueError for a pooling that sentence-transformers cannot express here.
     """
     if pooling not in POOLING_MODES:
-        raise ValueError(f"pooling {pooling!r} has no sentence-transformers Pooling mode; allowed: {', '.join(POOLING_MODES)}")
+        raise ValueError(f"pooling {pooling!r} has no sentence-transformers Pooling mode; "
+                         f"allowed: {', '.join(POOLING_MODES)}")
     import transformers
 
     encoder.save_pretrained(folder)

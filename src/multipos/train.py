@@ -8,10 +8,10 @@ directory (files listed in :mod:`multipos.evaluation.runner`), plus:
 * ``checkpoints/stage<i>/`` — Lightning checkpoints per stage (the newest state ``resume-epoch=E-step=S.ckpt``
   at each epoch end and every ``callbacks.model_checkpoint.every_n_train_steps`` steps, ``last.ckpt`` a link to
   it; the best dev one) and ``kept.json`` once the stage is finished;
-* ``run_info.json`` — status (``running`` | ``prepared`` (``prepare_only``, below) | ``complete``), config hash and equivalence key, stages, training
-  queries and positive labels per stage, wall time (summed over resumes), device, ``resumed`` and
-  ``resumed_from`` (the checkpoints an interrupted stage continued from, the ``kept.json`` of stages finished
-  before; per stage also in ``stage_records``);
+* ``run_info.json`` — status (``running`` | ``prepared`` (``prepare_only``, below) | ``complete``), config hash and
+  equivalence key, stages, training queries and positive labels per stage, wall time (summed over resumes), device,
+  ``resumed`` and ``resumed_from`` (the checkpoints an interrupted stage continued from, the ``kept.json`` of stages
+  finished before; per stage also in ``stage_records``);
 * ``csv/`` — Lightning logs (one version per stage in multi-stage runs).
 
 ``init_from=<model folder>`` starts from trained weights instead of ``model.name_or_path`` (the zero-shot row
@@ -23,9 +23,9 @@ passages encoded), all through :func:`multipos.assets.cache_dir`; ``run_info.jso
 same command without it continues the run. ``make train`` prepares the first seed on every core, then trains
 all seeds side by side, one core's share each (``launcher=parallel``), none of them encoding a corpus.
 
-Re-running the identical command into the same run directory (``hydra.run.dir``, or a study's fixed sweep
-folder) resumes: a finished run is skipped, finished stages are not re-trained, and an interrupted stage
-continues from its newest checkpoint (:func:`multipos.fit.newest_checkpoint`) — optimizer, schedule, RNG and data order included. With
+Re-running the identical command into the same run directory (``hydra.run.dir``, or a study's fixed sweep folder)
+resumes: a finished run is skipped, finished stages are not re-trained, and an interrupted stage continues from its
+newest checkpoint (:func:`multipos.fit.newest_checkpoint`) — optimizer, schedule, RNG and data order included. With
 ``reuse_equivalent=true`` (set by every study) a run whose model and evaluation a finished run elsewhere already
 computed copies that run's results instead of training (:mod:`multipos.runs.reuse`).
 """
@@ -44,15 +44,15 @@ from omegaconf import DictConfig, OmegaConf
 from multipos import atomic
 from multipos.assets import cache_dir
 from multipos.distributed import check_launch, device_description, is_rank_zero, trainer_world_size
-from multipos.hardware import return_freed_memory, set_torch_threads
-from multipos.sequence_packing import check_pack_sequences
-from multipos.runs.lifecycle import close_run, open_run
 from multipos.evaluation.runner import Evaluation
 from multipos.fit import run_stage
+from multipos.hardware import return_freed_memory, set_torch_threads
 from multipos.loggers import log_final_metrics
 from multipos.passage_index import check_settings as check_passages
 from multipos.passage_index import for_training as frozen_passage_index
 from multipos.runs.folder import write_run_info
+from multipos.runs.lifecycle import close_run, open_run
+from multipos.sequence_packing import check_pack_sequences
 from multipos.stages import plan, schedule_spans
 from multipos.weight_interpolation import interpolate_toward_start
 
@@ -108,7 +108,8 @@ def train(cfg: DictConfig) -> dict | None:
     datamodule = instantiate(cfg.data, seed=cfg.seed)
     world = trainer_world_size(cfg.trainer)  # data-parallel processes: optimizer steps per epoch per rank
     check_launch(world)
-    steps = [datamodule.steps_per_epoch(s.regime, world) * s.epochs if s.epochs else 0 for s in stages]  # data errors here
+    # data errors here
+    steps = [datamodule.steps_per_epoch(s.regime, world) * s.epochs if s.epochs else 0 for s in stages]
     spans = schedule_spans(stages, steps)
     model = instantiate(cfg.model, **weights)  # checkpoint and tokenizer errors, before anything is written
     model.pack_sequences = packing
@@ -141,8 +142,8 @@ def train(cfg: DictConfig) -> dict | None:
     for i, stage in enumerate(stages):
         if stage.epochs <= 0:
             continue
-        opt_state, record = run_stage(cfg, out, i, stage, len(stages), model, datamodule, evaluation, spans[i], opt_state,
-                                      index)
+        opt_state, record = run_stage(cfg, out, i, stage, len(stages), model, datamodule, evaluation, spans[i],
+                                      opt_state, index)
         records.append(record)
         log.info("stage %d: %d training queries, %d positive labels", i + 1, record.get("training_queries", 0),
                  record.get("positive_labels", 0))

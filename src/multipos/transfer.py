@@ -49,9 +49,9 @@ def to_device(tensor: Tensor, device: torch.device | str) -> Tensor:
 def pinned(tensor: Tensor) -> Tensor:
     """``tensor`` (CPU) in page-locked memory: the tensor itself when it is pinned already, else a pinned copy (same
     shape, dtype and values, contiguous) that the calling thread makes alone, without PyTorch's intra-op threads
-    (module docstring: waking PyTorch's sleeping intra-op threads costs more than the copy). Tensors NumPy cannot hold (bfloat16, …) or
-    that require grad are copied by ``Tensor.pin_memory``. Raises RuntimeError where no accelerator is available
-    (PyTorch's pinned allocator)."""
+    (module docstring: waking PyTorch's sleeping intra-op threads costs more than the copy). Tensors NumPy cannot hold
+    (bfloat16, …) or that require grad are copied by ``Tensor.pin_memory``. Raises RuntimeError where no accelerator
+    is available (PyTorch's pinned allocator)."""
     if tensor.is_pinned():
         return tensor
     return _copy_into(tensor, lambda shape, dtype: torch.empty(shape, dtype=dtype, pin_memory=True))

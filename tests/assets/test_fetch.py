@@ -9,12 +9,12 @@ files of all-MiniLM-L6-v2 (the registered hashes are those of the assets' files,
 from __future__ import annotations
 
 import dataclasses
-import typing
 import functools
 import hashlib
 import http.server
 import socket
 import threading
+import typing
 import zipfile
 from pathlib import Path
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from multipos.data.beir import read_queries
 from multipos.data.budget import apply_budget
 from multipos.data.groups import TrainQuery
-from multipos.data.beir import read_queries
 from multipos.data.trec import read_qrels
 from tests.helpers import compose_cfg
 

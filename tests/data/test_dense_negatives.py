@@ -15,13 +15,13 @@ import lightning as L
 import pytest
 import torch
 
-from multipos.retrieval import encoding
-from multipos.retrieval import dense as retrieval
 from multipos.callbacks import check_refresh_callback
 from multipos.data.dense_negatives import mine_dense_negatives
-from multipos.model import DualEncoder
-from multipos.data.trec import read_qrels
 from multipos.data.sources import BeirGradedSource, TevatronSource
+from multipos.data.trec import read_qrels
+from multipos.model import DualEncoder
+from multipos.retrieval import dense as retrieval
+from multipos.retrieval import encoding
 from tests.helpers import compose_cfg, tiny_overrides
 
 QRELS = "qrels-graded/train.s-3.qrel"
@@ -95,7 +95,8 @@ def test_cache_hit_on_the_same_weights_and_corpus_miss_when_either_changes(tiny_
     assert changed != first
     edited = copy.deepcopy(corpus)
     pid = edited.ids[0]
-    edited.passages[pid] = type(edited[pid])(pid, edited[pid].title, edited[pid].text + " sleep")  # same ids, one text edited
+    # same ids, one text edited
+    edited.passages[pid] = type(edited[pid])(pid, edited[pid].title, edited[pid].text + " sleep")
     mine(edited)
     assert len(calls) == 6 and len(list((cache / "negatives").glob("dense-*.npz"))) == 3
 
@@ -173,7 +174,8 @@ def test_refresh_every_k_epochs_and_a_resumed_run_trains_on_the_same_pools(tiny_
     texts = {q.query_id: q.query for q in queries}
     judged = {q.query_id: q.judged for q in queries}
     for epoch, mined_after in ((2, 1), (4, 3)):  # the pools are the dense top-20 of the weights at that epoch's end
-        expected = mine_dense_negatives(rec["models"][mined_after], corpus, texts, judged, 20, cache=False, progress=False)
+        expected = mine_dense_negatives(rec["models"][mined_after], corpus, texts, judged, 20, cache=False,
+                                        progress=False)
         assert json.loads(pools[epoch]) == expected
         for (e, qid), negatives in rec["groups"].items():
             if e == epoch:
@@ -217,9 +219,11 @@ def test_dataloader_workers_build_groups_from_the_refreshed_pools(tiny_beir, tin
         "+callbacks.pool_recorder={_target_: tests.data.test_dense_negatives.PoolRecorder}")))
     rec = PoolRecorder.runs[-1]
     refreshed = json.loads(next(iter(rec["pools"][1])))
-    _, queries = BeirGradedSource(str(tiny_beir), QRELS, negative_depth=20, negatives="dense", negative_model=str(tiny_bert),
+    _, queries = BeirGradedSource(str(tiny_beir), QRELS, negative_depth=20, negatives="dense",
+                                  negative_model=str(tiny_bert),
                                   negative_encoder={"pooling": "cls", "normalize": False}).load()
-    source = {q.query_id: q.negatives for q in queries}  # the starting checkpoint's pools (as tiny_overrides configures it)
+    # the starting checkpoint's pools (as tiny_overrides configures it)
+    source = {q.query_id: q.negatives for q in queries}
     assert {epoch for epoch, _ in rec["groups"]} == {0, 1}
     for (epoch, qid), negatives in rec["groups"].items():  # first-ranked negatives of the epoch's pool
         assert negatives == (source if epoch == 0 else refreshed)[qid][: len(negatives)]

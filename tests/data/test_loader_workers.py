@@ -131,8 +131,9 @@ def test_a_loader_with_pin_memory_pins_every_tensor_of_each_batch(tiny_beir, tin
     """``MultiPosDataModule.pin_memory``: the DataLoader's pin-memory thread calls :meth:`Batch.pin_memory`, which
     pins every token tensor and both masks (:func:`multipos.transfer.pinned`) and keeps the rest (a stand-in for
     ``pinned`` here: pinning needs an accelerator; tests/test_cuda.py pins for real)."""
-    import multipos.data.collate as collate
     from torch.utils.data._utils.pin_memory import pin_memory
+
+    import multipos.data.collate as collate
 
     dm = _datamodule(tiny_beir, tiny_bert)
     assert dm.train_dataloader().pin_memory is False  # the default

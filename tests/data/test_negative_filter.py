@@ -41,7 +41,8 @@ def test_a_query_without_positives_keeps_its_pool():
 
 @pytest.mark.parametrize("node,message", [({}, None), ({"reference": "lowest"}, "needs share"),
                                           ({"share": 0}, "share must be in"), ({"share": 1.5}, "share must be in"),
-                                          ({"margin": -1}, "margin must be"), ({"share": 0.9, "reference": "max"}, "reference"),
+                                          ({"margin": -1}, "margin must be"),
+                                          ({"share": 0.9, "reference": "max"}, "reference"),
                                           ({"shares": 0.9}, "unknown fields")])
 def test_settings_are_checked_and_name_the_field(node, message):
     if message is None:

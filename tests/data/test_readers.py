@@ -1,5 +1,5 @@
-"""Tests for the readers ``multipos.types`` / ``beir`` / ``trec`` / ``tevatron`` (BEIR, TREC qrels/runs, Tevatron JSONL / HF datasets) and
-``multipos.data.sources.TevatronSource``."""
+"""Tests for the readers ``multipos.types`` / ``beir`` / ``trec`` / ``tevatron`` (BEIR, TREC qrels/runs, Tevatron
+JSONL / HF datasets) and ``multipos.data.sources.TevatronSource``."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from multipos.data.groups import TrainQuery
 from multipos.data.beir import load_beir, read_corpus, read_queries
+from multipos.data.groups import TrainQuery
+from multipos.data.sources import TevatronSource
 from multipos.data.tevatron import load_tevatron_hf, read_tevatron
 from multipos.data.trec import read_qrels, read_run, write_run
 from multipos.types import Corpus, DataFormatError, Passage, iter_jsonl
-from multipos.data.sources import TevatronSource
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tevatron_train.jsonl"
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from multipos.model import DualEncoder
 from multipos.data.beir import read_corpus, read_queries
-from multipos.retrieval.encoding import encode
 from multipos.data.sources import BeirGradedSource, teacher_order
+from multipos.model import DualEncoder
+from multipos.retrieval.encoding import encode
 
 
 @pytest.fixture

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from hydra.utils import instantiate
 
-from multipos.evaluation.sets import EvalSet, beir_sets
-from multipos.evaluation.metrics import evaluate_run
-from multipos.evaluation.runner import add_average
 from multipos.data.beir import load_beir
 from multipos.data.trec import read_qrels, read_run
+from multipos.evaluation.metrics import evaluate_run
+from multipos.evaluation.runner import add_average
+from multipos.evaluation.sets import EvalSet, beir_sets
 from multipos.types import DataFormatError
 from tests.helpers import CONF, compose_cfg
 
@@ -151,9 +151,11 @@ def test_views_score_one_run_against_gold_and_silver_labels(tiny_beir, caplog):
 def test_view_from_its_own_qrels_file_and_merged_qrels(tiny_beir, tmp_path):
     folder = shutil.copytree(tiny_beir, tmp_path / "mixed")
     (folder / "qrels-llm").mkdir()
-    (folder / "qrels-llm" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq-heart-1\theart-7\t1\nq-heart-1\theart-0\t1\n")
+    (folder / "qrels-llm" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n"
+                                                   "q-heart-1\theart-7\t1\nq-heart-1\theart-0\t1\n")
     es = EvalSet("mixed", str(folder), split="test", qrels_file=["qrels/test.tsv", "qrels-llm/test.tsv"],
-                 metrics=["recall@100"], views={"human": {"qrels_file": "qrels/test.tsv"}, "llm": {"qrels_file": "qrels-llm/test.tsv"}})
+                 metrics=["recall@100"],
+                 views={"human": {"qrels_file": "qrels/test.tsv"}, "llm": {"qrels_file": "qrels-llm/test.tsv"}})
     data = es.load()
     assert data.qrels["q-heart-1"]["heart-7"] == 1 and data.qrels["q-heart-1"]["heart-0"] == 2  # max grade kept
     scored = es.score({"q-heart-1": {"heart-7": 1.0}}, data)
@@ -221,7 +223,8 @@ def test_judged_query_with_empty_text_is_an_error(tiny_beir, tmp_path):
     lines = (folder / "queries.jsonl").read_text().splitlines()
     lines = [json.dumps({"_id": "q-heart-1", "text": "  "}) if '"q-heart-1"' in ln else ln for ln in lines]
     (folder / "queries.jsonl").write_text("\n".join(lines) + "\n")
-    with pytest.raises(DataFormatError, match=r"queries\.jsonl:2: query 'q-heart-1' has an empty 'text' \(1 used queries are empty"):
+    with pytest.raises(DataFormatError,
+                       match=r"queries\.jsonl:2: query 'q-heart-1' has an empty 'text' \(1 used queries are empty"):
         load_beir(folder, "test")
     assert load_beir(folder, "dev").queries  # the empty query is not judged in dev: fine
 
@@ -274,3 +277,15 @@ def test_retrieval_validation_rejects_a_metric_the_dev_set_does_not_compute(tiny
     with pytest.raises(ValueError, match=r"'mrr@10' \(callbacks.retrieval_validation.metric\) is not among dev's"):
         RetrievalValidation(es, metric="mrr@10")
     assert RetrievalValidation(es, metric="recall@100").metric == "recall@100"
+
+
+def test_the_average_row_never_includes_the_validation_split(tmp_path):
+    """eval=beir with a validation set from the same folder: ``beir_average`` averages the test sets only."""
+    from multipos.evaluation.runner import Evaluation
+    from multipos.evaluation.sets import EvalSet
+
+    dev, a, b = (EvalSet(name=n, path=str(tmp_path), split="test") for n in ("my_dev", "a", "b"))
+    evaluation = Evaluation(validation=dev, test_sets=[a, b], retrieval={}, average="beir_average")
+    results = {"my_dev": {"ndcg@10": 0.9}, "a": {"ndcg@10": 0.2}, "b": {"ndcg@10": 0.4}}
+    evaluation.write(tmp_path, results)
+    assert results["beir_average"] == {"ndcg@10": pytest.approx(0.3)}

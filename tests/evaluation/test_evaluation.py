@@ -7,10 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from multipos.evaluation.sets import EvalSet
 from multipos.evaluation.metrics import evaluate_run
-from multipos.retrieval.dense import dense_run
-from multipos.retrieval.dense import search
+from multipos.evaluation.sets import EvalSet
+from multipos.retrieval.dense import dense_run, search
 
 
 def test_metrics_match_hand_computed():
@@ -114,7 +113,8 @@ def test_reference_rows_are_computed_once_per_process_for_the_same_model_and_set
     monkeypatch.setenv("MULTIPOS_CACHE", str(tmp_path / "cache"))  # nothing stored by other tests
     calls = _count_runs(monkeypatch)
     ev = Evaluation(validation=None, test_sets=[EvalSet("tiny", str(tiny_beir), split="test")],
-                    retrieval=dict(k=10, batch_size=8, bf16=False, passage_max_length=32, index="flat", index_options={}))
+                    retrieval=dict(k=10, batch_size=8, bf16=False, passage_max_length=32, index="flat",
+                                   index_options={}))
     model = DualEncoder(str(tiny_bert))
     first = ev.reference_rows(model, out=tmp_path / "a")
     assert calls == ["dense", "bm25"]
@@ -152,7 +152,8 @@ def test_reference_rows_stored_in_the_cache_serve_another_process_until_a_set_fi
     shutil.copytree(tiny_beir, folder)
     calls = _count_runs(monkeypatch)
     ev = Evaluation(validation=None, test_sets=[EvalSet("tiny", str(folder), split="test")],
-                    retrieval=dict(k=10, batch_size=8, bf16=False, passage_max_length=32, index="flat", index_options={}))
+                    retrieval=dict(k=10, batch_size=8, bf16=False, passage_max_length=32, index="flat",
+                                   index_options={}))
     monkeypatch.setattr(runner, "_REFERENCE_MEMO", {})
     first = ev.reference_rows(DualEncoder(str(tiny_bert)), out=tmp_path / "a")
     assert calls == ["dense", "bm25"]
@@ -171,7 +172,9 @@ def test_reference_rows_stored_in_the_cache_serve_another_process_until_a_set_fi
 
 
 def _raw_ranx(qrels, run, metrics):
-    from ranx import Qrels as RQrels, Run as RRun, evaluate
+    from ranx import Qrels as RQrels
+    from ranx import Run as RRun
+    from ranx import evaluate
 
     return evaluate(RQrels(qrels), RRun(run), list(metrics), make_comparable=True)
 
@@ -225,7 +228,8 @@ def test_compile_metrics_leaves_nothing_for_an_evaluation_to_compile():
     compiled = signatures()
     assert compiled > 0
     rng = np.random.default_rng(1)
-    qrels = {f"Q-{j}": {f"MED-{i}": int(rng.integers(1, 3)) for i in rng.choice(500, 6, replace=False)} for j in range(30)}
+    qrels = {f"Q-{j}": {f"MED-{i}": int(rng.integers(1, 3)) for i in rng.choice(500, 6, replace=False)}
+             for j in range(30)}
     run = {q: {f"MED-{i}": float(rng.random()) for i in rng.choice(500, 100, replace=False)} for q in qrels}
     evaluate_run(qrels, run, per_query=True, relevance_threshold=2)
     assert signatures() == compiled

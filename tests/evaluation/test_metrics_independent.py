@@ -36,8 +36,8 @@ import math
 
 import pytest
 
-from multipos.evaluation.sets import EvalSet
 from multipos.evaluation.metrics import evaluate_run
+from multipos.evaluation.sets import EvalSet
 
 METRICS = ("ndcg@10", "mrr@10", "recall@10", "recall@100", "recall@1000")
 BINARY = tuple(m for m in METRICS if not m.startswith("ndcg"))

@@ -16,9 +16,16 @@ from pathlib import Path
 import pytest
 import regex
 
-from multipos.evaluation import qa as qa_mod
 from multipos.data.dpr import QAPair, iter_dpr_passages, read_dpr_passages, read_dpr_qa
-from multipos.evaluation.qa import (answer_accuracy, has_answer, match_tokens, run_passage_ids, simple_tokenize, top_passages)
+from multipos.evaluation import qa as qa_mod
+from multipos.evaluation.qa import (
+    answer_accuracy,
+    has_answer,
+    match_tokens,
+    run_passage_ids,
+    simple_tokenize,
+    top_passages,
+)
 from multipos.types import Corpus, DataFormatError, Passage
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "dpr"
@@ -260,7 +267,8 @@ def test_has_answer_regex_mode(caplog):
 
 def _dpr_reference(answers, text):
     """Independent straightforward version of DPR's token loop, for the property test below."""
-    tok = regex.compile(r"([\p{L}\p{N}\p{M}]+)|([^\p{Z}\p{C}])", flags=regex.IGNORECASE | regex.UNICODE | regex.MULTILINE)
+    tok = regex.compile(r"([\p{L}\p{N}\p{M}]+)|([^\p{Z}\p{C}])",
+                        flags=regex.IGNORECASE | regex.UNICODE | regex.MULTILINE)
     words = [m.group().lower() for m in tok.finditer(unicodedata.normalize("NFD", text))]
     for a in answers:
         aw = [m.group().lower() for m in tok.finditer(unicodedata.normalize("NFD", a))]
@@ -273,7 +281,8 @@ def _dpr_reference(answers, text):
 
 def test_has_answer_agrees_with_reference_loop():
     rng = random.Random(13)
-    vocab = ["a", "A", "b", "ab", "é", "e\u0301", "É", ".", ",", "'", "-", "Σ", "ς", "1", "10", " ", "  ", "\u200b", "\t"]
+    vocab = ["a", "A", "b", "ab", "é", "e\u0301", "É", ".", ",", "'", "-", "Σ", "ς", "1", "10", " ", "  ", "\u200b",
+             "\t"]
     n_true = 0
     for _ in range(3000):
         text = "".join(rng.choice(vocab) + rng.choice(["", " "]) for _ in range(rng.randint(0, 12)))
@@ -337,7 +346,8 @@ def test_answer_accuracy_searches_text_not_title(corpus):
 
 
 def test_answer_accuracy_unknown_passages(qa, corpus):
-    with pytest.raises(ValueError, match=r"2 passage ids ranked in the top 2 are not in the corpus, e\.g\. \['404', '999'\]"):
+    with pytest.raises(ValueError,
+                       match=r"2 passage ids ranked in the top 2 are not in the corpus, e\.g\. \['404', '999'\]"):
         answer_accuracy({"0": {"999": 3.0, "404": 2.0, "2": 1.0}}, qa, corpus, ks=(2,))
     # passages deeper than max(ks) are never looked at, so they need not be in the corpus
     assert answer_accuracy({"0": {"2": 3.0, "999": 1.0}}, {"0": qa["0"]}, corpus, ks=(1,)) == {"acc@1": 1.0}
@@ -382,6 +392,7 @@ def test_run_passage_ids_and_filtered_corpus(qa):
     ids = run_passage_ids(RUN, depth=1)
     assert ids == {"5", "3", "1"}  # top-1 of each run query (including 'extra')
     small = read_dpr_passages(PSGS, ids=run_passage_ids(RUN, depth=3))
-    assert answer_accuracy(RUN, qa, small, ks=(1, 2, 3)) == pytest.approx({"acc@1": 1 / 6, "acc@2": 2 / 6, "acc@3": 3 / 6})
+    assert answer_accuracy(RUN, qa, small, ks=(1, 2, 3)) == pytest.approx({"acc@1": 1 / 6, "acc@2": 2 / 6,
+                                                                           "acc@3": 3 / 6})
     with pytest.raises(ValueError, match="depth"):
         run_passage_ids(RUN, depth=0)

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from multipos.report import collect
-from tests.report.fakes import (AVG, AVG_VALUES, MIXED_REFS, QRELS_VIEW, REFS, SET, make_run, qmap,
-                                scenario_values)
+from tests.report.fakes import AVG, AVG_VALUES, MIXED_REFS, QRELS_VIEW, REFS, SET, make_run, qmap, scenario_values
 
 
 @pytest.fixture

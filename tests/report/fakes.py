@@ -39,7 +39,8 @@ def make_run(root: Path, name: str, objective: str, per_query: dict[str, dict[st
 
     ``extra_config``: YAML appended to ``.hydra/config.yaml`` (e.g. a ``report:`` node); ``overrides``:
     the lines of ``.hydra/overrides.yaml`` (default: ``loss=…``, ``data.group_size=…``); ``run_info``:
-    written as ``run_info.json`` (default ``{"status": "complete"}``: a finished run, :func:`multipos.runs.folder.is_finished`)."""
+    written as ``run_info.json`` (default ``{"status": "complete"}``: a finished run,
+    :func:`multipos.runs.folder.is_finished`)."""
     d = root / name
     (d / ".hydra").mkdir(parents=True)
     per_query = per_query or {}
@@ -108,7 +109,8 @@ COLUMNS = [("nq_test", "acc@20"), ("nq_test", "acc@100"), ("msmarco_dev", "mrr@1
 # best / second best of the average column differ from the per-query columns (rand1lh = lsepair best, jointlh second)
 AVG_VALUES = {"singlelh": 0.45, "rand1lh": 0.40, "jointlh": 0.47, "lsepair": 0.47, "summarglh": 0.30,
               "recontriever": 0.20}
-MIXED_REFS = {"bm25": {"nq_test": {"acc@20": 0.6, "acc@100": 0.75}, "msmarco_dev": {"mrr@10": 0.18, "recall@1000": 0.86}},
+MIXED_REFS = {"bm25": {"nq_test": {"acc@20": 0.6, "acc@100": 0.75},
+                       "msmarco_dev": {"mrr@10": 0.18, "recall@1000": 0.86}},
               "zero-shot": {"nq_test": {"acc@20": 0.5}, AVG: {"ndcg@10": 0.41}}}
 
 

@@ -10,7 +10,6 @@ from multipos.report import cli, collect, main, render_table
 from tests.report.fakes import COLUMNS, SET, md_rows
 
 
-
 def test_cli_prints_and_writes_tables(sweep, tmp_path, capsys):
     out = tmp_path / "tables" / "main.md"
     text = main([str(sweep), "--table", "Table 2", "--sets", SET, "--metrics", "ndcg@10", "--format", "both",
@@ -91,7 +90,8 @@ def test_cli_columns_missing_values(mixed, capsys):
 
 def test_cli_columns_plot_ratio_uses_first_columns_set(mixed, monkeypatch, capsys):
     calls = []
-    monkeypatch.setattr(cli, "plot_ratio_ablation", lambda runs, s, ms, out_png: calls.append((len(runs), s, ms)) or out_png)
+    monkeypatch.setattr(cli, "plot_ratio_ablation",
+                        lambda runs, s, ms, out_png: calls.append((len(runs), s, ms)) or out_png)
     assert main([str(mixed), "--plot-ratio", "r.png", "--columns", "msmarco_dev:mrr@10", "nq_test:acc@20",
                  "msmarco_dev:recall@1000"]) == ""
     assert calls == [(6, "msmarco_dev", ["mrr@10", "recall@1000"])]

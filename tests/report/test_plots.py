@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from multipos import loggers, report
-from multipos.report import (collect, load_run, main, plot_ratio_ablation, plots, ratio_ablation_figure,
-                             ratio_ablation_points)
+from multipos.report import collect, load_run, main, plot_ratio_ablation, ratio_ablation_figure, ratio_ablation_points
 from tests.report.fakes import CONFIG, SET  # the same fake .hydra/config.yaml layout
 
 
@@ -22,9 +21,9 @@ def make_run(root: Path, name: str, objective: str, metrics: dict, G: int | None
     (d / "metrics.json").write_text(json.dumps(metrics))
     cfg = CONFIG.format(data=data, G=G, M=M, objective=objective, seed=seed)
     if G is None:
-        cfg = "\n".join(l for l in cfg.splitlines() if "group_size" not in l) + "\n"
+        cfg = "\n".join(line for line in cfg.splitlines() if "group_size" not in line) + "\n"
     if M is None:
-        cfg = "\n".join(l for l in cfg.splitlines() if "max_positives" not in l) + "\n"
+        cfg = "\n".join(line for line in cfg.splitlines() if "max_positives" not in line) + "\n"
     (d / ".hydra" / "config.yaml").write_text(cfg)
     (d / ".hydra" / "overrides.yaml").write_text(f"- loss={objective}\n")
     return d

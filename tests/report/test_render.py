@@ -149,7 +149,8 @@ def test_render_interpolation_plot(tmp_path):
     for alpha in (0.0, 0.5, 1.0):
         for seed in (1, 2):
             v = [0.3 + 0.04 * alpha + 0.01 * seed, 0.3]
-            make_run(root, f"wise_ft.alpha={alpha},seed={seed}", "jointlh", {SET: {"ndcg@10": qmap(v), "mrr@10": qmap(v)}}, seed=seed,
+            make_run(root, f"wise_ft.alpha={alpha},seed={seed}", "jointlh",
+                     {SET: {"ndcg@10": qmap(v), "mrr@10": qmap(v)}}, seed=seed,
                      extra_config=report_yaml(name="query_side_wise_ft", row_key="wise_ft.alpha", plot=plot)
                      + f"wise_ft:\n  alpha: {alpha}\n", overrides=[f"wise_ft.alpha={alpha}", f"seed={seed}"])
     md = render_sweep(root, tmp_path / "out")
@@ -254,9 +255,10 @@ def test_candidate_set_rows_are_compared_with_the_baseline_of_their_own_candidat
               ("singlelh", "corpus"): base, ("jointlh", "corpus"): base + 0.02}
     for (obj, cand), v in values.items():
         for seed in SEEDS:
-            extra = report_yaml("candidate_set", row_key="objective,G,M,candidates") + f"passages:\n  candidates: {cand}\n"
-            make_run(root, f"loss={obj},candidates={cand},seed={seed}", obj, {SET: {"ndcg@10": qmap(v), "mrr@10": qmap(v)}},
-                     seed=seed, M=2, extra_config=extra)
+            extra = (report_yaml("candidate_set", row_key="objective,G,M,candidates")
+                     + f"passages:\n  candidates: {cand}\n")
+            make_run(root, f"loss={obj},candidates={cand},seed={seed}", obj,
+                     {SET: {"ndcg@10": qmap(v), "mrr@10": qmap(v)}}, seed=seed, M=2, extra_config=extra)
     rows = {k: [unstyled(c) for c in v] for k, v in md_rows(render_sweep(root, tmp_path / "out")).items()}
     joint_corpus = next(v for k, v in rows.items() if k.startswith("jointlh") and "corpus" in k)
     joint_group = next(v for k, v in rows.items() if k.startswith("jointlh") and "group" in k)

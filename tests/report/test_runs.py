@@ -8,7 +8,6 @@ from multipos.report import collect, load_run, row_label
 from tests.report.fakes import EXPECTED_MD, SET, make_run, qmap
 
 
-
 def test_load_run_reads_config_without_resolving_interpolations(tmp_path):
     d = make_run(tmp_path, "run", "lsepair_maxp", {SET: {"ndcg@10": qmap([0.5, 0.7])}}, G=16, M=2, seed=7)
     run = load_run(d)

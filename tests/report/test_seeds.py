@@ -94,7 +94,8 @@ def test_seed_group_values_and_query_means(seeded):
 
 def test_latex_cells_with_std(seeded):
     tex = render_table(collect([seeded]), [SET], ["ndcg@10"], fmt="latex", references=False, title="Seeds")
-    row = {l.split(" & ")[0]: l.removesuffix(r" \\").split(" & ")[1] for l in tex.splitlines() if " & " in l}
+    row = {line.split(" & ")[0]: line.removesuffix(r" \\").split(" & ")[1]
+           for line in tex.splitlines() if " & " in line}
     s1, s2 = (float(np.mean(v)) for v in seeded_values()["jointlh"])
     mean, std = (s1 + s2) / 2, float(np.std([s1, s2], ddof=1))
     cell = row["jointlh"]

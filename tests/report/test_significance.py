@@ -13,7 +13,6 @@ from multipos.report import load_run, markers, paired_ttest, render_table
 from tests.report.fakes import EXPECTED_MD, SET, make_run, qmap
 
 
-
 def test_paired_ttest_matches_scipy_and_hand_computation():
     a = {"q1": 0.1, "q2": 0.4, "q3": 0.35, "q4": 0.8}
     b = {"q1": 0.2, "q2": 0.3, "q3": 0.30, "q4": 0.5}

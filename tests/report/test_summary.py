@@ -114,3 +114,15 @@ def test_against_leaves_the_p_value_out_for_a_set_without_per_query_values(tmp_p
         rows[("loss=singlelh", "ood_average")]["mean"])
     assert rows[("loss=jointlh", SET)]["against_p"] is not None
     assert "p n/a: no per-query values" in main([str(root), "--against", "loss=singlelh"])
+
+
+def test_with_bm25_per_query_files_the_summary_also_tests_against_bm25(tmp_path):
+    root, seeds, zero = _sweep(tmp_path)
+    bm25 = zero - 0.01 + np.random.default_rng(1).normal(0, 0.02, 30)
+    for seed in seeds:
+        folder = root / f"seed={seed}" / "references" / "bm25"
+        folder.mkdir(parents=True)
+        (folder / f"per_query.{SET}.json").write_text(json.dumps({"ndcg@10": qmap(bm25)}))
+    (row,) = summary_rows(root)
+    assert row["p_bm25"] == pytest.approx(ttest_rel((seeds[42] + seeds[43]) / 2, bm25).pvalue)
+    assert f"BM25 0.3100 ({row['mean'] - 0.31:+.4f}, p = {row['p_bm25']:.1e})" in main([str(root)])

@@ -6,7 +6,7 @@ import pytest
 
 from multipos import report
 from multipos.report import collect, load_run, render_table
-from tests.report.fakes import (AVG, AVG_VALUES, COLUMNS, EXPECTED_MD, SET, make_run, md_rows, unstyled)
+from tests.report.fakes import AVG, AVG_VALUES, COLUMNS, EXPECTED_MD, SET, make_run, md_rows, unstyled
 
 
 def test_markdown_table_bold_underline_markers_and_floor_rows(runs):
@@ -61,9 +61,9 @@ def test_latex_table(runs):
     assert r"objective & nDCG@10 & MRR@10 \\" in lines
     assert r"BM25 & 0.9000 & 0.1000 \\" in lines and r"zero-shot & 0.3000 & -- \\" in lines
     i_floor, i_first = lines.index(r"zero-shot & 0.3000 & -- \\"), next(
-        i for i, l in enumerate(lines) if l.startswith("singlelh &"))
+        i for i, line in enumerate(lines) if line.startswith("singlelh &"))
     assert lines[i_floor + 1] == r"\midrule" and i_first == i_floor + 2
-    row = {l.split(" & ")[0]: l.split(" & ")[1:] for l in lines if " & " in l and not l.startswith(" &")}
+    row = {line.split(" & ")[0]: line.split(" & ")[1:] for line in lines if " & " in line and not line.startswith(" &")}
     assert row["rand1lh"][0] == rf"\textbf{{{vals['rand1lh']:.4f}}}$^{{+}}$"
     assert row["jointlh"][0] == rf"\underline{{{vals['jointlh']:.4f}}}$^{{+\diamondsuit}}$"
     assert row["recontriever"][0] == rf"{vals['recontriever']:.4f}$^{{-\diamondsuit}}$"
@@ -128,8 +128,8 @@ def test_columns_latex_groups_consecutive_sets(mixed):
     assert lines[head + 3] == r"objective & Acc@20 & Acc@100 & MRR@10 & R@1000 & nDCG@10 & nDCG@10 \\"
     assert r"BM25 & 0.6000 & 0.7500 & 0.1800 & 0.8600 & -- & -- \\" in lines
     assert r"zero-shot & 0.5000 & -- & -- & -- & -- & 0.4100 \\" in lines
-    row = {l.split(" & ")[0]: l.removesuffix(r" \\").split(" & ")[1:] for l in lines
-           if " & " in l and not l.startswith((" &", "objective"))}
+    row = {line.split(" & ")[0]: line.removesuffix(r" \\").split(" & ")[1:] for line in lines
+           if " & " in line and not line.startswith((" &", "objective"))}
     assert set(row) == {"BM25", "zero-shot"} | set(EXPECTED_MD) and all(len(c) == 6 for c in row.values())
     j = next(r for r in runs if r.objective == "jointlh")
     assert row["jointlh"][0] == rf"\underline{{{j.value('nq_test', 'acc@20'):.4f}}}$^{{+\diamondsuit}}$"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from multipos.types import Corpus, Passage
 from multipos.retrieval.bm25 import BM25
+from multipos.types import Corpus, Passage
 
 
 def test_search_runs_bm25s_top_k_in_numpy_not_jax(monkeypatch):
@@ -27,7 +27,6 @@ def test_bm25s_is_imported_without_jax(tmp_path):
     out of CUDA memory), and JAX's threads made each DataLoader worker's fork a deadlock risk (H200, 2026-11-26). With
     a stand-in ``jax`` installed: BM25 works, bm25s takes JAX as absent, JAX is not imported, and the process can
     still import it afterwards; a process that imported JAX first keeps it."""
-    import json
     import os
     import subprocess
     import sys

@@ -26,7 +26,8 @@ def _ids(prefix: str, n: int) -> list[str]:
 @pytest.fixture(scope="module")
 def corpus():
     rng = np.random.default_rng(0)
-    words = ["cholesterol", "statin", "artery", "heart", "tumor", "breast", "cancer", "sleep", "melatonin", "calcium", "bone"]
+    words = ["cholesterol", "statin", "artery", "heart", "tumor", "breast", "cancer", "sleep", "melatonin", "calcium",
+             "bone"]
     texts = [" ".join(rng.choice(words, size=rng.integers(2, 30))) for _ in range(40)]
     return _ids("d", 40), texts
 
@@ -126,7 +127,8 @@ def test_cache_key_covers_pooling_normalisation_max_length_and_precision(model, 
     assert other.fingerprint() != model.fingerprint()
     assert _cache_name(model, ids, texts) != _cache_name(model, ids, texts, max_length=32)
     assert encoding._cache_key(model, ids, texts, 32, bf16=False) + ".npy" == _cache_name(model, ids, texts, 32)
-    assert encoding._cache_key(model, ids, texts, 32, bf16=True) + ".npy" == _cache_name(model, ids, texts, 32, bf16=True)
+    assert (encoding._cache_key(model, ids, texts, 32, bf16=True) + ".npy"
+            == _cache_name(model, ids, texts, 32, bf16=True))
     assert len({encoding._cache_key(model, ids, texts, m, b) for m in (None, 32) for b in (True, False)}) == 4
     # ids and texts are length-prefixed: moving a character across the id/text boundary changes the key
     assert encoding._cache_key(model, ["a"], ["bc"], None) != encoding._cache_key(model, ["ab"], ["c"], None)
@@ -204,7 +206,8 @@ def test_bf16_none_means_native_only(model, corpus, monkeypatch, precision, expe
 
     monkeypatch.setattr(hardware, "auto_precision", lambda: precision)
     seen = []
-    monkeypatch.setattr(encoding, "autocast_context", lambda device, bf16: seen.append(bf16) or contextlib.nullcontext())
+    monkeypatch.setattr(encoding, "autocast_context",
+                        lambda device, bf16: seen.append(bf16) or contextlib.nullcontext())
     ids, texts = corpus
     encode(model, texts[:3], bf16=None, progress=False)
     assert seen and set(seen) == {expected}
@@ -305,7 +308,8 @@ def test_tokenising_the_next_window_in_a_thread_gives_the_same_embeddings(model,
 
     monkeypatch.setattr(model, "tokenize", spy)
     with caplog.at_level(logging.INFO, logger="multipos.retrieval.encoding"):
-        overlapped = encode(model, texts, "passage", batch_size=4, bf16=False, progress=False, device=None, overlap=True)
+        overlapped = encode(model, texts, "passage", batch_size=4, bf16=False, progress=False, device=None,
+                            overlap=True)
     np.testing.assert_array_equal(overlapped, in_turn)
     windows = -(-len(texts) // (4 * batches))
     assert len(threads) == windows

@@ -150,7 +150,8 @@ def _worker(rank: int, world: int, init: str, bert: str, beir: str, out: str, k:
         model = DualEncoder(bert, pooling="mean", normalize=False, passage_max_length=64)
         data = EvalSet("tiny", beir, split="test").load()
         pids = data.corpus.ids
-        encode_shards(model, pids, data.corpus.texts(pids), Path(out) / "shards", num_shards=5, batch_size=1, bf16=False)
+        encode_shards(model, pids, data.corpus.texts(pids), Path(out) / "shards", num_shards=5, batch_size=1,
+                      bf16=False)
         qids = list(data.queries)
         # device=None: where the shards were encoded (the CPU); "auto" would move the model to a GPU where there is
         # one, and GPU fp32 scores differ from the CPU reference in the 7th digit (H100, 2026-11-25)
@@ -214,10 +215,10 @@ def test_failed_shard_write_leaves_nothing(tmp_path, monkeypatch):
 def test_shard_job_writes_the_dense_run_and_reuses_its_shards(tiny_bert, tiny_beir, tmp_path, caplog):
     import logging
 
-    from multipos.evaluation.sets import EvalSet
-    from multipos.retrieval.dense import dense_run
-    from multipos.model import DualEncoder
     from multipos.data.trec import read_run
+    from multipos.evaluation.sets import EvalSet
+    from multipos.model import DualEncoder
+    from multipos.retrieval.dense import dense_run
     from multipos.shard_job import main
 
     args = ["--model", str(tiny_bert), "--data", str(tiny_beir), "--split", "test", "--out", str(tmp_path),

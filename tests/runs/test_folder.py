@@ -101,8 +101,8 @@ def test_a_corrupt_run_info_counts_as_unfinished_with_a_warning(tmp_path, caplog
 
 
 def test_one_list_of_keys_that_do_not_change_what_a_run_computes():
-    from multipos.runs.keys import VOLATILE_KEYS as hashed_out
     from multipos.report.seeds import SEED_FREE_KEYS as grouped_out
+    from multipos.runs.keys import VOLATILE_KEYS as hashed_out
 
     assert hashed_out is VOLATILE_KEYS and grouped_out is SEED_FREE_KEYS
     assert set(SEED_FREE_KEYS) == {"seed", *VOLATILE_KEYS}
@@ -139,8 +139,8 @@ def test_a_study_removes_the_resume_checkpoints_of_a_finished_run(tiny_beir, tin
     """``size.keep_checkpoints: false`` (conf/scale, every study): once the run is complete its ``*.ckpt`` files go,
     ``model/`` and ``kept.json`` stay, the identical command still skips the run, and the config hash is unchanged
     (``size`` names no computation). A run that is not finished keeps them (they are what it resumes from)."""
-    from multipos.runs.keys import config_hash
     from multipos.runs.folder import remove_checkpoints
+    from multipos.runs.keys import config_hash
     from multipos.train import train
     from tests.helpers import compose_cfg, tiny_overrides
 

@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-from multipos.runs.keys import config_hash, equivalence_key
 from multipos import atomic
+from multipos.runs.keys import config_hash, equivalence_key
 from multipos.runs.reuse import adopt, find_equivalent, link_or_copy
 from multipos.stages import plan
 from tests.helpers import compose_cfg, tiny_overrides
@@ -27,7 +27,8 @@ def _key(cfg) -> str:
 @pytest.mark.parametrize("loss", ["singlelh", "rand1lh"])
 def test_single_positive_objectives_ignore_m_and_positive_selection(tiny_beir, tiny_bert, tmp_path, loss):
     a = _cfg(tiny_beir, tiny_bert, tmp_path / "a", f"loss={loss}", "data.max_positives=2")
-    b = _cfg(tiny_beir, tiny_bert, tmp_path / "b", f"loss={loss}", "data.max_positives=3", "data.positive_selection=random")
+    b = _cfg(tiny_beir, tiny_bert, tmp_path / "b", f"loss={loss}", "data.max_positives=3",
+             "data.positive_selection=random")
     assert config_hash(a) != config_hash(b)  # the run directories stay apart
     assert _key(a) == _key(b)
     other_g = _cfg(tiny_beir, tiny_bert, tmp_path, f"loss={loss}", "data.group_size=5")
@@ -39,8 +40,8 @@ def test_the_data_name_is_a_label(tiny_beir, tiny_bert, tmp_path):
     (a study reuses the other's run), two config hashes (each run directory keeps its guard). The regime itself
     still changes the key."""
     named = _cfg(tiny_beir, tiny_bert, tmp_path, "loss=lsepair")
-    plain = compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, tmp_path, "data=nfcorpus", "data.regime=homogeneous",
-                                                "seed=917", "loss=lsepair"))
+    plain = compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, tmp_path, "data=nfcorpus",
+                                                "data.regime=homogeneous", "seed=917", "loss=lsepair"))
     assert (named.data.name, plain.data.name) == ("nfcorpus_homo", "nfcorpus")
     assert config_hash(named) != config_hash(plain)
     assert _key(named) == _key(plain)
@@ -95,23 +96,28 @@ def test_a_study_copies_the_equivalent_finished_run_and_the_copy_equals_training
 
     # the M=3 cell of the same study: nothing is trained, the results and model are copies of the M=2 run
     copied = tmp_path / "sweep" / "ratio-m3"
-    metrics = train(_cfg(tiny_beir, tiny_bert, copied, "loss=singlelh", "data.max_positives=3", "reuse_equivalent=true"))
+    metrics = train(_cfg(tiny_beir, tiny_bert, copied, "loss=singlelh", "data.max_positives=3",
+                         "reuse_equivalent=true"))
     assert metrics == expected
     info = json.loads((copied / "run_info.json").read_text())
     assert info["status"] == "complete" and info["reused_from"] == str(first.resolve())
     assert info["equivalence_key"] == json.loads((first / "run_info.json").read_text())["equivalence_key"]
     assert not (copied / "checkpoints").exists()  # not trained
-    assert (copied / "model" / "model.safetensors").read_bytes() == (first / "model" / "model.safetensors").read_bytes()
-    assert sorted(p.name for p in copied.glob("per_query.*.json")) == sorted(p.name for p in first.glob("per_query.*.json"))
+    assert ((copied / "model" / "model.safetensors").read_bytes()
+            == (first / "model" / "model.safetensors").read_bytes())
+    assert (sorted(p.name for p in copied.glob("per_query.*.json"))
+            == sorted(p.name for p in first.glob("per_query.*.json")))
     assert "copied from the equivalent finished run" in (copied / "results.txt").read_text()
 
     # the claim behind the copy: training the M=3 cell gives the same model (bitwise, CPU fp32)
     trained = tmp_path / "trained" / "ratio-m3"
     assert train(_cfg(tiny_beir, tiny_bert, trained, "loss=singlelh", "data.max_positives=3")) == expected
-    assert (trained / "model" / "model.safetensors").read_bytes() == (first / "model" / "model.safetensors").read_bytes()
+    assert ((trained / "model" / "model.safetensors").read_bytes()
+            == (first / "model" / "model.safetensors").read_bytes())
 
     runs = [load_run(first), load_run(copied)]
-    line = provenance(tmp_path / "sweep", runs, [json.loads((d / "run_info.json").read_text()) for d in (first, copied)])
+    line = provenance(tmp_path / "sweep", runs,
+                      [json.loads((d / "run_info.json").read_text()) for d in (first, copied)])
     assert "1 of them copied from an equivalent finished run" in line
     assert "per trained run" in line
 

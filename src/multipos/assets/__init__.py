@@ -116,7 +116,8 @@ def _build_registered(name: str, tried: list[Path], download: bool = True) -> Pa
     )
 
 
-_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model",
                     "sentencepiece.bpe.model")
 
@@ -246,5 +247,6 @@ def resolve_files(name_or_path: str, files: list[str], urls: dict[str, str] | No
             tmp.replace(target / f)
         except Exception as e:  # network errors, missing source
             tried = ", ".join(str(c) for c in candidates)
-            raise AssetNotFoundError(f"{f} for {name_or_path!r} not found (tried {tried}; download from {url} failed: {e})") from None
+            raise AssetNotFoundError(f"{f} for {name_or_path!r} not found (tried {tried}; "
+                                     f"download from {url} failed: {e})") from None
     return target

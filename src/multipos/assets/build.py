@@ -13,8 +13,8 @@ import logging
 import os
 import shutil
 import zipfile
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 
 from multipos.assets.download import fetch_source
 from multipos.assets.registry import Asset, get

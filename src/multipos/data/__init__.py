@@ -1,7 +1,7 @@
-"""Training data: readers of the file formats (BEIR folders, TREC qrels and runs, Tevatron JSONL / HF datasets, DPR), data
-sources (NFCorpus graded qrels with BM25 negatives and teacher ordering, Tevatron), dense hard negatives and their
-ANCE-style refresh, group construction (regimes, first-M / random-M, masks), the annotation budget, and the Lightning
-DataModule that joins them.
+"""Training data: readers of the file formats (BEIR folders, TREC qrels and runs, Tevatron JSONL / HF datasets,
+DPR), data sources (NFCorpus graded qrels with BM25 negatives and teacher ordering, Tevatron), dense hard negatives
+and their ANCE-style refresh, group construction (regimes, first-M / random-M, masks), the annotation budget, and the
+Lightning DataModule that joins them.
 
 (the data model they read into — ``Passage``, ``Corpus``, ``Qrels``, ``Run``, ``BeirDataset``, ``DataFormatError``, the
 line readers — is :mod:`multipos.types`, below every layer)
@@ -11,7 +11,8 @@ line readers — is :mod:`multipos.types`, below every layer)
 * :mod:`~multipos.data.tevatron` — Tevatron training JSONL / HF datasets (the paper's data schema);
 * :mod:`~multipos.data.dpr` — the DPR releases (Wikipedia passages TSV, QA files) for answer-match evaluation;
 * :mod:`~multipos.data.sources` — ``BeirGradedSource``, ``TevatronSource``, BM25 mining, teacher ordering;
-* :mod:`~multipos.data.dense_negatives` — dense hard negatives, ANCE-style refresh mining (the callback: ``multipos.callbacks.NegativeRefresh``);
+* :mod:`~multipos.data.dense_negatives` — dense hard negatives, ANCE-style refresh mining (the callback:
+  ``multipos.callbacks.NegativeRefresh``);
 * :mod:`~multipos.data.groups` — ``TrainQuery``, ``GroupBuilder``, ``group_masks`` (the paper's group composition);
 * :mod:`~multipos.data.budget` — ``AnnotationBudget`` (Table 7);
 * :mod:`~multipos.data.passage_tokens` — the training passages tokenised once;

@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from multipos.data.budget import AnnotationBudget
 from multipos.data.collate import Batch, GroupCollator
-from multipos.data.groups import REGIMES, Group, GroupBuilder, TrainQuery, negative_shortfall
+from multipos.data.groups import REGIME_RULES, REGIMES, Group, GroupBuilder, TrainQuery, negative_shortfall
 from multipos.data.loader import EpochSampler, ResumableLoader, WorkerInit, worker_start_method
 from multipos.data.passage_tokens import PassageTokens
 
@@ -171,8 +171,21 @@ class MultiPosDataModule(L.LightningDataModule):
 
     def _empty_message(self, regime: str, n_queries: int) -> str:
         budget = " after data.budget" if self.budget else ""
+        queries = self.training_queries(regime)
+        gold, silver = sum(len(q.gold) for q in queries), sum(len(q.silver) for q in queries)
         return (f"no training query has a positive under regime {regime!r} (data.regime or the stage's regime): "
-                f"none of the {n_queries} queries of data.source{budget} has one (an empty split)")
+                f"none of the {n_queries} queries of data.source{budget} has one (an empty split); the data hold "
+                f"{gold} gold and {silver} silver positive labels, and {REGIME_RULES.get(regime, regime)}")
+
+    def regime_summary(self, regime: str, kept_queries: int, labels: int) -> str:
+        """One line for the log: what ``regime`` keeps of the training data and what it drops, and why."""
+        queries = self.training_queries(regime)
+        gold, silver = sum(len(q.gold) for q in queries), sum(len(q.silver) for q in queries)
+        dropped = gold + silver - labels
+        rule = REGIME_RULES.get(regime, regime)
+        why = f"{dropped} positive labels not used ({rule})" if dropped else "every label used"
+        return (f"regime {regime}: {kept_queries} of {len(queries)} training queries, {labels} of {gold} gold + "
+                f"{silver} silver positive labels; {why}")
 
     def setup(self, stage: str | None = None) -> None:
         if self.dataset is None:
@@ -184,6 +197,7 @@ class MultiPosDataModule(L.LightningDataModule):
             if len(dataset) == 0:
                 raise ValueError(self._empty_message(self.stage_regime, len(queries)))
             kept = {q.query_id for q, _ in dataset.items}
+            log.info(self.regime_summary(self.stage_regime, len(dataset), sum(len(pos) for _, pos in dataset.items)))
             skipped = [q.query_id for q in queries if q.query_id not in kept]
             if skipped:
                 log.warning("regime %s: skipped %d of %d training queries with no positive under it, e.g. %s",
@@ -253,8 +267,10 @@ class MultiPosDataModule(L.LightningDataModule):
         return store
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx):
-        """A :class:`~multipos.data.collate.Batch` moves itself (:meth:`Batch.to`); anything else as Lightning moves it."""
-        return batch.to(device) if isinstance(batch, Batch) else super().transfer_batch_to_device(batch, device, dataloader_idx)
+        """A :class:`~multipos.data.collate.Batch` moves itself (:meth:`Batch.to`); anything else as Lightning
+        moves it."""
+        return (batch.to(device) if isinstance(batch, Batch)
+                else super().transfer_batch_to_device(batch, device, dataloader_idx))
 
     def train_dataloader(self) -> DataLoader:
         """Loader over the current stage's groups; raises ValueError when ``data.tokenizer`` has more tokens than
@@ -273,7 +289,8 @@ class MultiPosDataModule(L.LightningDataModule):
         if self.trainer is not None:
             sampler.set_epoch(self.trainer.current_epoch)
         trainer = self.trainer
-        progress = (lambda: trainer.fit_loop.epoch_loop.batch_progress.current.processed) if trainer is not None else None
+        progress = ((lambda: trainer.fit_loop.epoch_loop.batch_progress.current.processed)
+                    if trainer is not None else None)
         # its own generator: creating the iterator draws no number from the global RNG (dropout after a resume)
         return ResumableLoader(self.dataset, batch_size=self.batch_size, sampler=sampler,
                                drop_last=len(sampler) >= self.batch_size, collate_fn=self.collator(keep_groups),

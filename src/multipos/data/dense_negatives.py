@@ -5,10 +5,11 @@
   and the corpus.
 * :func:`mine_with_checkpoint` — the same with a checkpoint loaded by name (``data.source.negatives: dense``,
   by default the starting checkpoint ``${model.name_or_path}``).
-* :class:`multipos.callbacks.NegativeRefresh` — re-mines with the weights being trained every ``data.source.negative_refresh_epochs``
-  epochs and hands the new pools to the data module, as ANCE does (Xiong et al., 2021, "Approximate Nearest
-  Neighbor Negative Contrastive Learning for Dense Text Retrieval", ICLR); ANCE refreshes asynchronously every
-  few thousand steps from a separate inference job, here the refresh is synchronous, at epoch ends.
+* :class:`multipos.callbacks.NegativeRefresh` — re-mines with the weights being trained every
+  ``data.source.negative_refresh_epochs`` epochs and hands the new pools to the data module, as ANCE does (Xiong et
+  al., 2021, "Approximate Nearest Neighbor Negative Contrastive Learning for Dense Text Retrieval", ICLR); ANCE
+  refreshes asynchronously every few thousand steps from a separate inference job, here the refresh is synchronous,
+  at epoch ends.
 
 Resume: the pools in use are part of the callback's checkpoint state (corpus row indices, int32), so a run
 resumed from any checkpoint, mid-epoch included, trains on the pools the uninterrupted run had, whether or not
@@ -30,8 +31,8 @@ import numpy as np
 
 from multipos import atomic
 from multipos.assets import cache_dir
-from multipos.types import Corpus
 from multipos.data.groups import unjudged_negatives
+from multipos.types import Corpus
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +93,8 @@ def mine_dense_negatives(model, corpus: Corpus, queries: dict[str, str], judged:
                          progress: bool = True, negative_filter=None, positives: dict[str, list[str]] | None = None,
                          filter_counts: dict | None = None) -> dict[str, list[str]]:
     """Dense hard negatives: for each query, its ``depth`` best-scoring passages under ``model`` (inner product of
-    :func:`multipos.retrieval.encoding.encode` embeddings, FAISS ``index`` over the whole corpus) that are not judged for it
-    (any grade, 0 included: :func:`multipos.data.groups.unjudged_negatives`).
+    :func:`multipos.retrieval.encoding.encode` embeddings, FAISS ``index`` over the whole corpus) that are not judged
+    for it (any grade, 0 included: :func:`multipos.data.groups.unjudged_negatives`).
 
     Args:
         model: a :class:`~multipos.model.DualEncoder` (its query and passage encoders, pooling, normalisation and
@@ -107,8 +108,8 @@ def mine_dense_negatives(model, corpus: Corpus, queries: dict[str, str], judged:
         embedding_cache: folder for :func:`multipos.retrieval.encoding.cached_encode` (None = passages not cached).
         cache: keep the pools in ``<cache>/negatives/dense-<key>.npz`` (written atomically), keyed by the weights
             (:meth:`DualEncoder.fingerprint` of both encoders, pooling and normalisation), the corpus
-            (:func:`multipos.retrieval.encoding.corpus_digest` of ids and texts), the queries with their judged passages,
-            depth, max lengths, precision and index: a second call with the same inputs encodes nothing.
+            (:func:`multipos.retrieval.encoding.corpus_digest` of ids and texts), the queries with their judged
+            passages, depth, max lengths, precision and index: a second call with the same inputs encodes nothing.
         negative_filter, positives: a :class:`multipos.data.negative_filter.NegativeFilter` applied to the mined
             pools with the embeddings this call computed ({query id → positive ids, in order}); filtered pools are
             not cached. filter_counts: a dict that receives the filter's settings and counts.
@@ -116,8 +117,8 @@ def mine_dense_negatives(model, corpus: Corpus, queries: dict[str, str], judged:
     Returns {query id → passage ids, best first}, in ``queries`` order. Cost: one encoding pass over the corpus
     and the queries plus one FAISS search (docs/hard-negatives.md). Raises ValueError for depth < 1.
     """
-    from multipos.retrieval.encoding import cached_encode, corpus_digest, encode, native_bf16
     from multipos.retrieval.dense import build_index, search_index
+    from multipos.retrieval.encoding import cached_encode, corpus_digest, encode, native_bf16
 
     if depth < 1:
         raise ValueError(f"data.source.negative_depth must be >= 1, got {depth}")

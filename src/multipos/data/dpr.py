@@ -208,7 +208,8 @@ def read_dpr_qa(path: str | os.PathLike) -> dict[str, QAPair]:
     for n, row in _iter_tsv_records(path):
         where = f"{path}:{n}"
         if n != expected:
-            raise DataFormatError(f"{path}:{expected}: blank line before the last question (query ids are line indexes)")
+            raise DataFormatError(f"{path}:{expected}: blank line before the last question "
+                                  "(query ids are line indexes)")
         expected = n + 1
         if len(row) != 2:
             raise DataFormatError(f"{where}: expected 2 tab-separated columns (question, answers), got {len(row)}")

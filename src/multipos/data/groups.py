@@ -26,6 +26,14 @@ from typing import Iterable, Sequence
 import torch
 
 REGIMES = ("homogeneous", "heterogeneous", "gold", "all")
+#: Each regime in plain words (logs and errors).
+REGIME_RULES = {
+    "homogeneous": "homogeneous keeps silver positives only (gold ones are not used)",
+    "heterogeneous": "heterogeneous keeps the first gold positive, then the silver ones (queries without gold are "
+                     "skipped; other gold positives are not used)",
+    "gold": "gold keeps gold positives only",
+    "all": "all keeps every positive, gold first",
+}
 SELECTIONS = ("first", "random")
 
 

@@ -50,7 +50,8 @@ class NegativeFilter:
         if self.margin is not None and float(self.margin) < 0.0:
             raise ValueError(f"data.source.negative_filter.margin must be >= 0, got {self.margin}")
         if self.reference not in REFERENCES:
-            raise ValueError(f"data.source.negative_filter.reference={self.reference!r}; allowed: {', '.join(REFERENCES)}")
+            raise ValueError(f"data.source.negative_filter.reference={self.reference!r}; "
+                             f"allowed: {', '.join(REFERENCES)}")
 
     @classmethod
     def from_config(cls, node) -> "NegativeFilter | None":

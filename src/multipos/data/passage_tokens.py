@@ -65,7 +65,8 @@ class PassageTokens:
             return [self.prompt + self.corpus[p].full_text() for p in passage_ids]
         except KeyError as err:
             raise KeyError(f"passage {err.args[0]!r} of a training group is not in the corpus "
-                           f"({len(self.corpus)} passages): a hard negative or positive id the corpus file lacks") from None
+                           f"({len(self.corpus)} passages): a hard negative or positive id the corpus file lacks"
+                           ) from None
 
     def add(self, passage_ids: Iterable[str]) -> int:
         """Tokenise the passages of ``passage_ids`` not stored yet (one tokenizer call per :data:`CHUNK`) and store

@@ -9,8 +9,8 @@
 Hard negatives (``negatives``): ``bm25`` (BEIR) or ``given`` (Tevatron) as published, or ``dense``: the top
 passages of a dense model, by default the starting checkpoint (:mod:`multipos.data.dense_negatives`), optionally
 refreshed with the weights being trained every ``negative_refresh_epochs`` epochs (ANCE). Every miner applies one
-rule, :func:`multipos.data.groups.unjudged_negatives`: a passage judged for the query, with any grade (0 included), is never its
-negative.
+rule, :func:`multipos.data.groups.unjudged_negatives`: a passage judged for the query, with any grade (0 included), is
+never its negative.
 
 Positive order inside a tier is ``given`` (file order) or ``teacher`` (descending score of a
 teacher dual encoder, by default the starting checkpoint — the paper's annotations are ordered by
@@ -27,9 +27,9 @@ from pathlib import Path
 
 from multipos import atomic
 from multipos.assets import cache_dir, is_local_path, resolve_dataset
+from multipos.data.beir import check_qrels_ids, check_query_texts, read_corpus, read_queries
 from multipos.data.groups import TrainQuery, unjudged_negatives
 from multipos.data.negative_filter import NegativeFilter
-from multipos.data.beir import check_qrels_ids, check_query_texts, read_corpus, read_queries
 from multipos.data.tevatron import load_tevatron_hf, read_tevatron
 from multipos.data.trec import read_qrels
 from multipos.types import Corpus, DataFormatError
@@ -102,7 +102,8 @@ def mine_bm25_negatives(corpus: Corpus, queries: dict[str, str], judged: dict[st
         return {q: unjudged_negatives(sorted(docs, key=lambda d: -docs[d]), judged.get(q, ()), depth)
                 for q, docs in run.items()}
 
-    settings = {"source": source, "n_passages": len(corpus), "queries": len(queries), "depth": depth, "miner": "bm25s-lucene-0.9-0.4"}
+    settings = {"source": source, "n_passages": len(corpus), "queries": len(queries), "depth": depth,
+                "miner": "bm25s-lucene-0.9-0.4"}
     return _cache_json("negatives", settings, compute)
 
 

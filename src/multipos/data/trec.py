@@ -46,7 +46,8 @@ def read_qrels(path: str | os.PathLike) -> Qrels:
         docs = qrels.setdefault(qid, {})
         if pid in docs:
             if docs[pid] != g:
-                raise DataFormatError(f"{path}:{n}: ({qid}, {pid}) judged again with grade {g} (first judged {docs[pid]})")
+                raise DataFormatError(f"{path}:{n}: ({qid}, {pid}) judged again with grade {g} "
+                                      f"(first judged {docs[pid]})")
             repeated += 1
         docs[pid] = g
     if repeated:

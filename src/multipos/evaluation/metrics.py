@@ -67,7 +67,9 @@ def evaluate_run(qrels: Qrels, run: Run, metrics=DEFAULT_METRICS, relevance_thre
     Queries judged but absent from the run count as 0; run queries without judgments are dropped
     (logged). Returns {metric: mean}, and with ``per_query`` also {metric: {qid: value}}.
     """
-    from ranx import Qrels as RQrels, Run as RRun, evaluate
+    from ranx import Qrels as RQrels
+    from ranx import Run as RRun
+    from ranx import evaluate
 
     extra = [q for q in run if q not in qrels]
     if extra:

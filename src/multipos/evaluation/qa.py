@@ -108,7 +108,8 @@ def _answer_joined(answer: str) -> str | None:
 @lru_cache(maxsize=1 << 12)
 def _compile_answer_regex(pattern: str):
     try:
-        return regex.compile(unicodedata.normalize("NFD", pattern), flags=regex.IGNORECASE | regex.UNICODE | regex.MULTILINE)
+        return regex.compile(unicodedata.normalize("NFD", pattern),
+                             flags=regex.IGNORECASE | regex.UNICODE | regex.MULTILINE)
     except (regex.error, ValueError, TypeError, OverflowError, RecursionError) as e:  # DPR: no match
         log.warning("answer regex %r does not compile (%s); it matches no passage", pattern, e)
         return None

@@ -28,10 +28,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from multipos import atomic
 from multipos.assets import cache_dir, resolve_dataset
+from multipos.data.trec import write_run
 from multipos.evaluation.sets import EvalSet
 from multipos.retrieval.bm25 import bm25_run
 from multipos.retrieval.dense import dense_run
-from multipos.data.trec import write_run
 from multipos.runs.folder import read_json
 
 log = logging.getLogger(__name__)
@@ -182,7 +182,8 @@ class Evaluation:
             return copy.deepcopy(known[0])
         zero_shot = None
         if zero_shot_model is not None:
-            zero_shot = self.evaluate(zero_shot_model, out / "zero-shot" if out is not None else None, cache_dir(), sets)
+            zero_shot = self.evaluate(zero_shot_model, out / "zero-shot" if out is not None else None, cache_dir(),
+                                      sets)
         bm25 = {}
         for es in sets:
             data = es.load()
@@ -209,10 +210,11 @@ class Evaluation:
     def write(self, out: Path, results: dict, refs: dict | None = None, extra_lines: list[str] | None = None,
               sets: list[EvalSet] | None = None) -> str:
         """Write a job's results (:func:`write_results`) after adding the :attr:`average` row over ``sets``
-        (default :attr:`sets`) to ``results`` and to every row of ``refs``, in place (:func:`add_average`). Returns
-        the table text."""
+        (default :attr:`sets`) to ``results`` and to every row of ``refs``, in place (:func:`add_average`). The
+        validation set is never part of the average (a dev split is no test set). Returns the table text."""
         if self.average:
-            names = [es.name for es in (self.sets if sets is None else sets)]
+            dev = self.validation.name if self.validation is not None else None
+            names = [es.name for es in (self.sets if sets is None else sets) if es.name != dev]
             for rows in [results, *(refs or {}).values()]:
                 add_average(rows, self.average, names)
         return write_results(out, results, refs, extra_lines)
@@ -242,6 +244,7 @@ def format_plain(results: dict, refs: dict) -> str:
     lines = [head]
     rows = [*((name, r) for name, r in refs.items()), ("this run", results)]
     for name, res in rows:
-        cells = "".join(f"{res.get(s, {}).get(m, float('nan')):.4f}".rjust(max(14, len(s) + len(m) + 2)) for s, m in cols)
+        cells = "".join(f"{res.get(s, {}).get(m, float('nan')):.4f}".rjust(max(14, len(s) + len(m) + 2))
+                        for s, m in cols)
         lines.append(name.ljust(12) + cells)
     return "\n".join(lines)

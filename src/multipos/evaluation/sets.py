@@ -12,8 +12,8 @@ import logging
 from dataclasses import dataclass, field, replace
 
 from multipos.assets import resolve_dataset
-from multipos.evaluation.metrics import DEFAULT_METRICS, evaluate_run
 from multipos.data.beir import check_qrels_ids, load_beir, read_qrels_files
+from multipos.evaluation.metrics import DEFAULT_METRICS, evaluate_run
 from multipos.types import BeirDataset, Qrels, Run
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,8 @@ class EvalSet:
             data.queries = {q: data.queries[q] for q in keep}
         if self.max_passages is not None:
             judged = {d for docs in data.qrels.values() for d in docs}
-            keep_ids = list(dict.fromkeys([*(d for d in data.corpus.ids if d in judged), *data.corpus.ids[: self.max_passages]]))
+            keep_ids = list(dict.fromkeys([*(d for d in data.corpus.ids if d in judged),
+                                           *data.corpus.ids[: self.max_passages]]))
             data.corpus.passages = {d: data.corpus.passages[d] for d in keep_ids[: max(self.max_passages, len(judged))]}
         return data
 
@@ -184,7 +185,8 @@ class QAEvalSet:
             qa = read_dpr_qa(folder / self.qa_file)
             if self.max_queries is not None:
                 qa = dict(list(qa.items())[: self.max_queries])
-            _LOADED[key] = QADataset(read_dpr_passages(folder / self.corpus_file), {q: p.question for q, p in qa.items()},
+            _LOADED[key] = QADataset(read_dpr_passages(folder / self.corpus_file),
+                                     {q: p.question for q, p in qa.items()},
                                      {}, folder.name, answers={q: list(p.answers) for q, p in qa.items()})
         return replace(_LOADED[key], name=self.name)
 

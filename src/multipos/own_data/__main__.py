@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-trials", type=int, default=50)
     ap.add_argument("--seeds", default="42,43,44")
     ap.add_argument("--gold-grades", type=lambda s: [int(x) for x in s.split(",")], default=None,
-                    help="train qrels grades that are gold (e.g. 2); default: binary qrels one tier, else the top grade")
+                    help="train qrels grades that are gold (e.g. 2); default: binary qrels one tier, "
+                         "else the top grade")
     ap.add_argument("--silver-grades", type=lambda s: [int(x) for x in s.split(",")], default=None,
                     help="train qrels grades that are silver (e.g. 1)")
     ap.add_argument("--gold-positives", type=int, default=0, help="Tevatron: leading positives of a line that are gold")

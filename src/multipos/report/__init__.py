@@ -71,15 +71,47 @@ Command line::
 from __future__ import annotations
 
 from multipos.report.cli import DEFAULT_METRICS, main
-from multipos.report.plots import (AVERAGE_KEYS, PLOT_METRICS, plot_ratio_ablation, ratio_ablation_figure,
-                                   ratio_ablation_points)
-from multipos.report.runs import (CONFIG_KEYS, KEY_ALIASES, SHORT_NAMES, RunResult, collect, config_node, load_run,
-                                  override_map)
+from multipos.report.plots import (
+    AVERAGE_KEYS,
+    PLOT_METRICS,
+    plot_ratio_ablation,
+    ratio_ablation_figure,
+    ratio_ablation_points,
+)
+from multipos.report.runs import (
+    CONFIG_KEYS,
+    KEY_ALIASES,
+    SHORT_NAMES,
+    RunResult,
+    collect,
+    config_node,
+    load_run,
+    override_map,
+)
 from multipos.report.seeds import SEED_FREE_KEYS, SeedGroup, config_difference, group_seeds
-from multipos.report.significance import (DEFAULT_BASELINES, FORMATS, MARKER_SYMBOLS, MATCH_KEYS, Row, marker_symbols,
-                                          markers, paired_ttest, resolve_baseline)
-from multipos.report.tables import (METRIC_NAMES, REFERENCE_ROWS, RowKey, latex_escape, metric_label,
-                                    parse_column, render_grid, render_table, row_label, table_columns)
+from multipos.report.significance import (
+    DEFAULT_BASELINES,
+    FORMATS,
+    MARKER_SYMBOLS,
+    MATCH_KEYS,
+    Row,
+    marker_symbols,
+    markers,
+    paired_ttest,
+    resolve_baseline,
+)
+from multipos.report.tables import (
+    METRIC_NAMES,
+    REFERENCE_ROWS,
+    RowKey,
+    latex_escape,
+    metric_label,
+    parse_column,
+    render_grid,
+    render_table,
+    row_label,
+    table_columns,
+)
 
 __all__ = [
     "AVERAGE_KEYS", "CONFIG_KEYS", "DEFAULT_BASELINES", "DEFAULT_METRICS", "FORMATS", "KEY_ALIASES", "MARKER_SYMBOLS",

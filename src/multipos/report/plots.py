@@ -76,7 +76,8 @@ def ratio_ablation_points(runs: Sequence[RunResult], eval_set: str, metrics: Seq
         for key in AVERAGE_KEYS:
             values = {repr(r.config.get(key)) for r in members}
             if len(values) > 1:
-                raise ValueError(f"runs with objective={obj}, G={G}, M={M} differ in {key} ({', '.join(sorted(values))}): "
+                raise ValueError(f"runs with objective={obj}, G={G}, M={M} differ in {key} "
+                                 f"({', '.join(sorted(values))}): "
                                  f"{', '.join(str(r.path) for r in members)}; plot them separately")
     objectives = list(dict.fromkeys(r.objective for r in runs))
     out: dict[str, dict[int, dict[str, list[tuple[int, float, int]]]]] = {}

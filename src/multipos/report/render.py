@@ -35,11 +35,11 @@ from tqdm.auto import tqdm
 from multipos import atomic
 from multipos.report.plots import PLOT_METRICS, ratio_ablation_figure, sweep_figure
 from multipos.report.runs import RunResult, config_node, load_run, override_map
-from multipos.runs.find import sweep_runs
-from multipos.runs.folder import read_run_info
 from multipos.report.seeds import config_difference, group_seeds, sort_seeds
 from multipos.report.significance import DEFAULT_BASELINES, is_baseline_row
 from multipos.report.tables import PER_RUN_KEYS, metric_label, parse_column, render_grid, render_table, row_label
+from multipos.runs.find import sweep_runs
+from multipos.runs.folder import read_run_info
 
 KINDS = ("table", "trials")
 PLOT_KINDS = ("ratio_ablation", "interpolation")
@@ -82,7 +82,8 @@ def provenance(sweep: Path, runs: Sequence[RunResult], infos: Sequence[Mapping],
     resumed, ``run_info.json`` ``resumed``, since an attempt that was killed never records its time) and device(s)
     (``run_info.json`` ``device``; several: each with its number of runs)."""
     seeds = sort_seeds({r.config.get("seed") for r in runs if r.config.get("seed") is not None})
-    parts = [f"{len(runs)} run{'s' * (len(runs) != 1)}" + (f" ({rows} row{'s' * (rows != 1)})" if rows is not None else "")
+    parts = [f"{len(runs)} run{'s' * (len(runs) != 1)}"
+             + (f" ({rows} row{'s' * (rows != 1)})" if rows is not None else "")
              + f" in sweep `{sweep.resolve().name}`"]
     if seeds:
         parts.append(f"seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}")
@@ -90,7 +91,8 @@ def provenance(sweep: Path, runs: Sequence[RunResult], infos: Sequence[Mapping],
     if reused:
         parts.append(f"{reused} of them copied from an equivalent finished run (`reused_from` in their "
                      f"`run_info.json`: the same model and evaluation), not trained again")
-    walls = [float(i["wall_s"]) for i in infos if isinstance(i.get("wall_s"), (int, float)) and not i.get("reused_from")]
+    walls = [float(i["wall_s"]) for i in infos
+             if isinstance(i.get("wall_s"), (int, float)) and not i.get("reused_from")]
     if walls:
         trained = len(runs) - reused
         over = f" (over {len(walls)} of {trained} runs)" if len(walls) < trained else ""
@@ -214,11 +216,11 @@ def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results",
     ``title`` replaces ``report.title`` as the table caption (runs made with the overrides of a recipe under another
     experiment's config carry that experiment's title).
 
-    ``name`` replaces ``report.name`` as the output stem; without it, a study run as a variant (``size.suffix``,
-    e.g. ``fine_tuning=query_side``) writes ``<report.name>_<suffix>`` so the variant never overwrites the study. Files are written atomically (temporary
-    sibling, then ``os.replace``). Runs are loaded with a progress bar (on a terminal). ``wandb_project``: also log
-    the table as a ``wandb.Table`` and the figure to a W&B run of that project, grouped by the study
-    (:func:`multipos.loggers.log_report`; offline under ``<sweep_dir>/wandb`` without a network).
+    ``name`` replaces ``report.name`` as the output stem; without it, a study run as a variant (``size.suffix``, e.g.
+    ``fine_tuning=query_side``) writes ``<report.name>_<suffix>`` so the variant never overwrites the study. Files are
+    written atomically (temporary sibling, then ``os.replace``). Runs are loaded with a progress bar (on a terminal).
+    ``wandb_project``: also log the table as a ``wandb.Table`` and the figure to a W&B run of that project, grouped by
+    the study (:func:`multipos.loggers.log_report`; offline under ``<sweep_dir>/wandb`` without a network).
     Returns the Markdown text. Raises ``FileNotFoundError`` when the sweep
     holds no complete run, ``ValueError`` for a missing / malformed ``report`` node, runs disagreeing on
     ``report.name``, or anything :func:`~multipos.report.tables.render_table` rejects; warns (``UserWarning``)

@@ -43,15 +43,15 @@ def _configuration(run: RunResult) -> str:
 
 def summary_rows(sweep_dir: str | Path, metric: str = "ndcg@10", against: str | None = None,
                  dev: bool = False) -> list[dict]:
-    """One dict per configuration and test set of the complete runs in ``sweep_dir`` (the runs that differ only by
-    seed form one configuration, :func:`multipos.report.seeds.group_seeds`): ``config, set, n_seeds, seeds
-    ({seed: value}), mean, sd, zero_shot, bm25, p`` (``config``: :func:`_configuration` where the sweep holds more
-    than one configuration, else None; ``p``: paired t-test of the per-query seed means vs zero-shot; None where a
-    run lacks the zero-shot per-query file). Sets whose name contains ``dev`` (unless ``dev``) and qrels views
-    (``set.view``) are left out. With ``against`` (a configuration name as ``config`` gives it, e.g.
-    ``loss=singlelh``), each row of every other configuration also has ``against`` (that name), ``against_mean``
-    and ``against_p``: the paired t-test of the two configurations' per-query means over their own seeds; None for
-    a set without per-query files (an aggregate such as Table 3's ``ood_average``).
+    """One dict per configuration and test set of the complete runs in ``sweep_dir`` (the runs that differ only by seed
+    form one configuration, :func:`multipos.report.seeds.group_seeds`): ``config, set, n_seeds, seeds ({seed:
+    value}), mean, sd, zero_shot, bm25, p, p_bm25`` (``config``: :func:`_configuration` where the sweep holds more
+    than one configuration, else None; ``p`` / ``p_bm25``: paired t-test of the per-query seed means vs zero-shot /
+    BM25; None where a run lacks that reference's per-query file). Sets whose name contains ``dev`` (unless ``dev``)
+    and qrels views (``set.view``) are left out. With ``against`` (a configuration name as ``config`` gives it, e.g.
+    ``loss=singlelh``), each row of every other configuration also has ``against`` (that name), ``against_mean`` and
+    ``against_p``: the paired t-test of the two configurations' per-query means over their own seeds; None for a set
+    without per-query files (an aggregate such as Table 3's ``ood_average``).
 
     Raises FileNotFoundError when the sweep holds no complete run; ValueError when the runs disagree on their
     sets or queries (:func:`paired_ttest` names the difference), or naming the configurations there are when
@@ -94,18 +94,20 @@ def _configuration_rows(group: SeedGroup, metric: str, dev: bool = False) -> lis
         refs = runs[0].references
         row = {"set": s, "n_seeds": len(runs), "seeds": values, "mean": mean, "sd": sd,
                "zero_shot": (refs.get("zero-shot") or {}).get(s, {}).get(metric),
-               "bm25": (refs.get("bm25") or {}).get(s, {}).get(metric), "p": None}
-        zs_file = runs[0].path / "references" / "zero-shot" / f"per_query.{s}.json"
-        if zs_file.is_file() and _has_query_values(group, s, metric):
-            zero_shot = json.loads(zs_file.read_text())[metric]
-            row["p"] = paired_ttest(group.query_values(s, metric), zero_shot)[1]
+               "bm25": (refs.get("bm25") or {}).get(s, {}).get(metric), "p": None, "p_bm25": None}
+        for key, reference in (("p", "zero-shot"), ("p_bm25", "bm25")):
+            ref_file = runs[0].path / "references" / reference / f"per_query.{s}.json"
+            if ref_file.is_file() and _has_query_values(group, s, metric):
+                values_ref = json.loads(ref_file.read_text())[metric]
+                row[key] = paired_ttest(group.query_values(s, metric), values_ref)[1]
         rows.append(row)
     return rows
 
 
 def format_summary(rows: Sequence[dict], metric: str = "ndcg@10") -> str:
     """The lines :func:`main` prints (one per test set)."""
-    lines = [f"{metric}, mean ± sd over seeds (paired t-test of the seed-mean per-query values vs zero-shot):"]
+    lines = [f"{metric}, mean ± sd over seeds "
+             "(paired t-tests of the seed-mean per-query values vs zero-shot and BM25):"]
     config = None
     for r in rows:
         if r.get("config") is not None and r["config"] != config:
@@ -118,6 +120,8 @@ def format_summary(rows: Sequence[dict], metric: str = "ndcg@10") -> str:
             ref += f", p = {r['p']:.1e})" if r["p"] is not None else ", p n/a: no zero-shot per-query file)"
         if r["bm25"] is not None:
             ref += f" | BM25 {r['bm25']:.4f}"
+            if r.get("p_bm25") is not None:
+                ref += f" ({r['mean'] - r['bm25']:+.4f}, p = {r['p_bm25']:.1e})"
         if r.get("against") is not None:
             ref += f" | vs {r['against']} {r['mean'] - r['against_mean']:+.4f}"
             ref += f", p = {r['against_p']:.1e}" if r["against_p"] is not None else ", p n/a: no per-query values"

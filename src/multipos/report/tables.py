@@ -8,8 +8,17 @@ from typing import Callable, Iterable, Mapping, Sequence, Union
 
 from multipos.report.runs import KEY_ALIASES, SHORT_NAMES, RunResult
 from multipos.report.seeds import SeedGroup, group_seeds, same_row, single_rows
-from multipos.report.significance import (DEFAULT_BASELINES, FORMATS, MARKER_SYMBOLS, MATCH_KEYS, Row,
-                                          is_baseline_row, is_control, markers, resolve_baseline)
+from multipos.report.significance import (
+    DEFAULT_BASELINES,
+    FORMATS,
+    MARKER_SYMBOLS,
+    MATCH_KEYS,
+    Row,
+    is_baseline_row,
+    is_control,
+    markers,
+    resolve_baseline,
+)
 
 #: Floor rows taken from ``references.json``: (key in the file, row label).
 REFERENCE_ROWS = (("bm25", "BM25"), ("zero-shot", "zero-shot"))

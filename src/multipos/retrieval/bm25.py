@@ -74,7 +74,8 @@ class BM25:
         run: Run = {}
         for row, qid in enumerate(qids):
             keep = scores[row] > 0  # bm25s pads with zero-score hits when fewer terms match
-            run[qid] = {self.ids[int(i)]: float(s) for i, s in zip(np.asarray(idx[row])[keep], np.asarray(scores[row])[keep])}
+            run[qid] = {self.ids[int(i)]: float(s)
+                        for i, s in zip(np.asarray(idx[row])[keep], np.asarray(scores[row])[keep])}
         return run
 
 

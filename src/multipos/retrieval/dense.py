@@ -2,8 +2,9 @@
 
 Index kinds (config key ``eval.index``): ``flat`` (exact, the default), ``hnsw`` and ``ivf`` (approximate,
 for large corpora). Corpora too big for one index (21M × 768 float32 = 64 GB) are searched in shards
-(``search(..., shard_size=...)``) from a memory-mapped embedding cache (:func:`multipos.retrieval.encoding.cached_encode`);
-shards written by several processes: :mod:`multipos.retrieval.shards`. Encoding itself: :mod:`multipos.retrieval.encoding`.
+(``search(..., shard_size=...)``) from a memory-mapped embedding cache
+(:func:`multipos.retrieval.encoding.cached_encode`); shards written by several processes:
+:mod:`multipos.retrieval.shards`. Encoding itself: :mod:`multipos.retrieval.encoding`.
 """
 
 from __future__ import annotations
@@ -111,7 +112,8 @@ def build_index(passage_emb: np.ndarray, kind: str = "flat", *, hnsw_m: int = 32
     import faiss
 
     if kind not in INDEX_KINDS:
-        raise ValueError(f"unknown FAISS index kind {kind!r} (config key eval.index); allowed: {', '.join(INDEX_KINDS)}")
+        raise ValueError(f"unknown FAISS index kind {kind!r} (config key eval.index); "
+                         f"allowed: {', '.join(INDEX_KINDS)}")
     if passage_emb.ndim != 2:
         raise ValueError(f"passage_emb must be 2-D [N, H]; got shape {passage_emb.shape}")
     n, dim = passage_emb.shape
@@ -223,7 +225,8 @@ def search(query_emb: np.ndarray, passage_emb: np.ndarray, query_ids: list[str],
     if k < 1:
         raise ValueError(f"k must be ≥ 1; got {k}")
     if index_kind not in INDEX_KINDS:  # fail before any work
-        raise ValueError(f"unknown FAISS index kind {index_kind!r} (config key eval.index); allowed: {', '.join(INDEX_KINDS)}")
+        raise ValueError(f"unknown FAISS index kind {index_kind!r} (config key eval.index); "
+                         f"allowed: {', '.join(INDEX_KINDS)}")
     n = len(passage_ids)
     if n == 0 or len(query_ids) == 0:
         return {qid: {} for qid in query_ids}
@@ -264,6 +267,6 @@ def dense_run(model, data: BeirDataset, k: int = 1000, batch_size: int = 64, bf1
               device=device)
     p_emb = cached_encode(model, pids, data.corpus.texts(pids), cache, tag=data.name or "corpus", **kw)
     qids = list(data.queries)
-    q_emb = encode(model, [data.queries[q] for q in qids], kind="query", batch_size=batch_size, bf16=bf16, progress=False,
-                   device=device)
+    q_emb = encode(model, [data.queries[q] for q in qids], kind="query", batch_size=batch_size, bf16=bf16,
+                   progress=False, device=device)
     return search(q_emb, p_emb, qids, pids, k=k, index_kind=index, **(index_options or {}))

@@ -142,7 +142,8 @@ def encode(
     pending = pool.submit(tokenize, windows[0]) if pool is not None else None
     waited = 0.0
     # disable=None: the bar shows only on a terminal
-    bar = tqdm(total=-(-len(texts) // batch_size), desc=f"encode {kind}s", disable=None if progress else True, leave=False)
+    bar = tqdm(total=-(-len(texts) // batch_size), desc=f"encode {kind}s", disable=None if progress else True,
+               leave=False)
     try:
         with torch.inference_mode():
             for w, idx in enumerate(windows):

@@ -33,9 +33,9 @@ from pathlib import Path
 import numpy as np
 
 from multipos import atomic
-from multipos.types import Run
 from multipos.retrieval.dense import index_topk
 from multipos.retrieval.topk import merge_topk
+from multipos.types import Run
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +214,8 @@ class ShardedEmbeddings:
         folder = Path(folder)
         path = folder / MANIFEST
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: no shard manifest (encode the corpus with multipos.retrieval.shards.encode_shards)")
+            raise FileNotFoundError(f"{path}: no shard manifest "
+                                    "(encode the corpus with multipos.retrieval.shards.encode_shards)")
         meta = json.loads(path.read_text())
         if meta.get("format") != FORMAT:
             raise ValueError(f"{path}: field 'format' is {meta.get('format')!r}, expected {FORMAT!r}")

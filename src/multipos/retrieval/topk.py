@@ -1,11 +1,11 @@
 """Exact top-k over a corpus split into contiguous shards: the merge whose result does not depend on the split
-(used by :func:`multipos.retrieval.dense.search` and :mod:`multipos.retrieval.shards`; the tie-complete per-shard FAISS search is
-:func:`multipos.retrieval.dense.shard_topk`).
+(used by :func:`multipos.retrieval.dense.search` and :mod:`multipos.retrieval.shards`; the tie-complete per-shard
+FAISS search is :func:`multipos.retrieval.dense.shard_topk`).
 
 Order: score descending, then corpus row ascending — a total order, so the global top-k under it is unique.
 FAISS chooses arbitrarily among passages tied at its k-th score (and differently for different index
-contents), so each flat shard is searched until it is *tie-complete* (:func:`multipos.retrieval.dense.shard_topk`): every passage
-scoring at least the shard's k-th score is among its candidates. Any passage of the global top-k is then a
+contents), so each flat shard is searched until it is *tie-complete* (:func:`multipos.retrieval.dense.shard_topk`):
+every passage scoring at least the shard's k-th score is among its candidates. Any passage of the global top-k is then a
 candidate of its shard (at most k − 1 passages of that shard precede it), and :func:`merge_topk` of all
 candidates is exact.
 """

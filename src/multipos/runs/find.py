@@ -1,5 +1,5 @@
-"""Finding runs: the run directories under a sweep or a results root, finished (:func:`multipos.runs.folder.is_finished`)
-or not, newest first."""
+"""Finding runs: the run directories under a sweep or a results root, finished
+(:func:`multipos.runs.folder.is_finished`) or not, newest first."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The run folder: what a run directory holds, and the one rule for when it counts as finished.
 
 A run directory (``hydra.run.dir``, or one cell of a study's sweep folder) holds ``.hydra/`` (the composed config),
-``run_info.json`` (status ``running`` | ``prepared`` | ``complete``, config hash, equivalence key, stages, wall time, device,
-``resumed_from``), ``metrics.json`` and the result files of :func:`multipos.evaluation.runner.write_results`,
+``run_info.json`` (status ``running`` | ``prepared`` | ``complete``, config hash, equivalence key, stages, wall time,
+device, ``resumed_from``), ``metrics.json`` and the result files of :func:`multipos.evaluation.runner.write_results`,
 ``model/``, ``checkpoints/`` and the Lightning CSV logs. This module is the only reader and writer of
 ``run_info.json`` and the only place that decides **finished** (:func:`is_finished`): ``run_info.json`` says
 ``"status": "complete"`` *and* ``metrics.json`` exists. Training skips such a run, equivalent-run reuse copies it,

@@ -40,11 +40,11 @@ VOLATILE_KEYS = ("paths", "resume", "hydra", "report", "experiment_name", "size"
 #: Keys on which the seeds of one configuration may differ (report rows): :data:`VOLATILE_KEYS` and ``seed``.
 SEED_FREE_KEYS = ("seed", *VOLATILE_KEYS)
 
-#: Config keys (dotted) left out of :func:`equivalence_key` besides :data:`VOLATILE_KEYS`: where and how metrics
-#: are logged (``logger.save_dir`` is the run directory) does not change the model or its evaluation, and
-#: ``data.name`` and ``run_name`` (by default ``<objective>-<data.name>``) are labels: ``conf/data/nfcorpus_hetero.yaml``
-#: is ``nfcorpus.yaml`` with a regime and its own name, the other ``data`` fields say what is read, and the names
-#: only key caches of the same values and tag the TREC run files (a reused run keeps its source's tag). All stay in
+#: Config keys (dotted) left out of :func:`equivalence_key` besides :data:`VOLATILE_KEYS`: where and how metrics are
+#: logged (``logger.save_dir`` is the run directory) does not change the model or its evaluation, and ``data.name`` and
+#: ``run_name`` (by default ``<objective>-<data.name>``) are labels: ``conf/data/nfcorpus_hetero.yaml`` is
+#: ``nfcorpus.yaml`` with a regime and its own name, the other ``data`` fields say what is read, and the names only key
+#: caches of the same values and tag the TREC run files (a reused run keeps its source's tag). All stay in
 #: :func:`config_hash`, so no finished run directory changes its guard.
 NOT_COMPUTED = ("logger", "data.name", "run_name")
 
@@ -52,8 +52,8 @@ NOT_COMPUTED = ("logger", "data.name", "run_name")
 IGNORED_BY_SINGLE_POSITIVE = ("max_positives", "positive_selection")
 
 #: Where classes named by ``_target_`` lived when their runs' hashes were first computed: a class's module moving
-#: (the data / evaluation / retrieval subpackages, every callback into multipos.callbacks, 2026-11-24) does not change what a run computes, so the hash
-#: reads the old path. {current prefix: prefix in the hash}.
+#: (the data / evaluation / retrieval subpackages, every callback into multipos.callbacks, 2026-11-24) does not change
+#: what a run computes, so the hash reads the old path. {current prefix: prefix in the hash}.
 HASHED_TARGET_PATHS = {
     "multipos.callbacks.NegativeRefresh": "multipos.dense_negatives.NegativeRefresh",
     "multipos.callbacks.GradientDiagnostics": "multipos.diagnostics.GradientDiagnostics",
