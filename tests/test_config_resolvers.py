@@ -81,3 +81,13 @@ def test_a_sweep_over_a_path_writes_a_short_folder():
     with open_dict(cfg):
         cfg.hydra.job.override_dirname = "data_path=/data/x/y/mine,seed=42"
     assert cfg.hydra.sweep.subdir == "data_path=mine,seed=42"
+
+
+def test_long_values_and_names_become_hashes():
+    from multipos.config_resolvers import run_subdir
+
+    name = run_subdir("eval.validation={_target_:x,path:'/tmp/a/b',split:dev,metrics:[ndcg@10]},seed=1")
+    assert name.startswith("eval.validation=#") and name.endswith(",seed=1")
+    assert len(name) == len("eval.validation=") + 9 + len(",seed=1")
+    long = ",".join(f"k{i}=v{i}" for i in range(60))
+    assert len(run_subdir(long)) == 199 and run_subdir(long) != run_subdir(long + ",k99=1")

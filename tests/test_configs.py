@@ -240,21 +240,33 @@ def test_a_gpu_run_logs_every_10_steps_and_keeps_the_runs_it_continues(monkeypat
 
 
 def test_the_main_job_trains_the_recipe_the_search_chose():
-    """``make train`` (``experiment=default``) sweeps ``recipe`` with one value, ``top1`` (the recipe group comes after
-    the experiment, so the experiment cannot select it in its defaults list): its runs train what
-    ``conf/recipe/top1.yaml`` says, and ``query_side_wise_ft`` interpolates exactly those models."""
+    """``make train`` (``experiment=default``) trains what ``conf/recipe/top1.yaml`` (the recipe search's best trial)
+    says, as one experiment with no recipe axis: its resolved config equals that of ``experiment=query_side`` with
+    ``recipe=top1`` and G=16, so its numbers are the recipe's; ``query_side_wise_ft`` interpolates those models."""
     cfg = compose_cfg("train", ["experiment=default"], return_hydra_config=True)
-    assert cfg.hydra.sweeper.params.recipe == "top1"
-    assert str(cfg.hydra.sweeper.params.seed) == "42,43,44"
-    run = compose_cfg("train", ["experiment=default", "recipe=top1"])
+    assert "recipe" not in cfg.hydra.sweeper.params and str(cfg.hydra.sweeper.params.seed) == "42,43,44"
+    run = compose_cfg("train", ["experiment=default", "paths.output_dir=o"])
     recipe = OmegaConf.load(Path(CONF) / "recipe" / "top1.yaml")
     assert run.passages.candidates == recipe.passages.candidates
     assert run.data.max_positives == recipe.data.max_positives and run.data.batch_size == recipe.data.batch_size
     assert run.trainer.max_epochs == recipe.trainer.max_epochs
     assert run.module.optimizer.lr == recipe.module.optimizer.lr
     assert {"override /loss": run.loss.name} in OmegaConf.to_container(recipe.defaults)
+    searched = compose_cfg("train", ["experiment=query_side", "recipe=top1", "data.group_size=16",
+                                     "trainer.precision=${auto_precision:}", "experiment_name=default",
+                                     "paths.output_dir=o"])
+    drop = ("report", "hydra")
+    assert ({k: v for k, v in OmegaConf.to_container(run, resolve=True).items() if k not in drop}
+            == {k: v for k, v in OmegaConf.to_container(searched, resolve=True).items() if k not in drop})
     wise = (Path(CONF) / "experiment" / "query_side_wise_ft.yaml").read_text()
-    assert "init_from: ${sweep_dir:default,${size.name},none}/recipe=top1,seed=${seed}/model" in wise
+    assert "init_from: ${sweep_dir:default,${size.name},none}/seed=${seed}/model" in wise
+
+
+def test_python_train_py_with_no_argument_runs_the_main_job():
+    import train as driver
+
+    assert driver.with_default_experiment(["train.py"]) == ["train.py", "experiment=default"]
+    assert driver.with_default_experiment(["train.py", "loss=lsepair"]) == ["train.py", "loss=lsepair"]
 
 
 def test_the_query_side_gpu_variant_sweeps_beside_the_cpu_query_side_study():

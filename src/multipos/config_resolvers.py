@@ -12,6 +12,7 @@ resolves a run's saved config (:func:`multipos.report.runs.config_node`) and by 
 per BEIR folder (conf/eval/beir.yaml).
 """
 
+import hashlib
 import re
 from pathlib import Path
 
@@ -39,19 +40,25 @@ def sweep_dir(experiment: str, size: str, stamp: str) -> str:
 _ITEM = re.compile(r",(?=[+~]*[A-Za-z_][\w.@]*=)")  # the "," that starts the next key=value of an override_dirname
 
 
+_PATH = re.compile(r"[~.]*/(?:[^/,'\"\[\]{}\s=:]+/)*([^/,'\"\[\]{}\s=:]*)")  # /a/b/c -> c (its last component)
+
+
 def run_subdir(override_dirname: str) -> str:
-    """A sweep cell's folder name: Hydra's ``override_dirname`` (``key=value`` pairs, sorted, joined by ``,``) with
-    every value that is a path shortened to its last component, so that a sweep over your own data
-    (``data.source.path=/data/a,/data/b``) writes ``data.source.path=a`` instead of a folder six levels deep. The full
-    overrides are in the run's ``.hydra/overrides.yaml``. Names without a path value are unchanged."""
+    """A sweep cell's folder name, short and readable: Hydra's ``override_dirname`` (``key=value`` pairs, sorted,
+    joined by ``,``) with every path in a value shortened to its last component (``data.source.path=/data/a/mine``
+    gives ``data.source.path=mine``), a value still longer than 40 characters (a dict or a long list) replaced by
+    ``#`` and 8 hex digits of its hash, and a name longer than 200 characters cut to 190 plus its own hash. The full
+    overrides are in the run's ``.hydra/overrides.yaml``. Every study's cell names are unchanged by these rules."""
     items = _ITEM.split(str(override_dirname)) if override_dirname else []
     out = []
     for item in items:
         key, sep, value = item.partition("=")
-        if "/" in value:
-            value = value.strip("'\"").rstrip("/").split("/")[-1] or "root"
+        value = _PATH.sub(lambda m: m.group(1) or "root", value)
+        if len(value) > 40:
+            value = "#" + hashlib.sha1(value.encode()).hexdigest()[:8]
         out.append(key + sep + value)
-    return ",".join(out)
+    name = ",".join(out)
+    return name if len(name) <= 200 else f"{name[:190]}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
 
 
 def optuna_storage(sweep_dir: str) -> str:
