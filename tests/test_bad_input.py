@@ -419,3 +419,17 @@ def test_the_log_says_what_each_regime_keeps_and_drops(tiny_beir, tiny_bert, cap
         dm.setup()
     assert ("regime homogeneous: 5 of 5 training queries, 20 of 10 gold + 20 silver positive labels; "
             "10 positive labels not used (homogeneous keeps silver positives only") in caplog.text
+
+
+def test_lengths_set_by_hand_log_the_share_they_truncate(tiny_beir, tiny_bert, caplog):
+    """Queries of the tiny data are 5-6 tokens with [CLS]/[SEP]: a query length of 4 cuts every one of them."""
+    from multipos.data import MultiPosDataModule
+    from multipos.data.sources import BeirGradedSource
+
+    source = BeirGradedSource(str(tiny_beir), "qrels-graded/train.s-3.qrel", negative_depth=5)
+    dm = MultiPosDataModule(source, str(tiny_bert), regime="all", group_size=4, max_positives=2, batch_size=2,
+                            query_max_length=4, passage_max_length=512)
+    with caplog.at_level("INFO", logger="multipos.data.datamodule"):
+        dm.setup()
+    assert dm.stats["truncated"] == {"queries": 1.0, "passages": 0.0}
+    assert "query_max_length 4 truncates 100.0% of the training queries" in caplog.text

@@ -217,6 +217,30 @@ class MultiPosDataModule(L.LightningDataModule):
                 self.stats["negative_filter"] = dict(self.source.filter_counts)
             log.info("regime %s: %d of %d training queries, %d positive labels%s", self.stage_regime,
                      len(self.dataset), len(self.queries), labels, f" (budget {self.budget})" if self.budget else "")
+            shares = self.truncated_shares()
+            self.stats["truncated"] = shares
+            log.info("lengths: query_max_length %d truncates %.1f%% of the training queries, passage_max_length %d "
+                     "%.1f%% of the corpus passages (a sample of at most 5,000)", self.query_max_length,
+                     100 * shares["queries"], self.passage_max_length, 100 * shares["passages"])
+
+    def truncated_shares(self, sample: int = 5000) -> dict[str, float]:
+        """Share (0-1) of the training queries longer than ``query_max_length`` tokens and of the corpus passages
+        (a seeded sample of at most ``sample``) longer than ``passage_max_length``, prompts and special tokens
+        included: what the lengths set by hand cut off."""
+        import random
+
+        queries = [f"{self.query_prompt or ''}{q.query}" for q, _ in self.dataset.items]
+        ids = list(self.corpus.ids)
+        if len(ids) > sample:
+            ids = random.Random(0).sample(ids, sample)
+        passages = [f"{self.passage_prompt or ''}{t}" for t in self.corpus.texts(ids)]
+        out = {}
+        for name, texts, limit in (("queries", queries, self.query_max_length),
+                                   ("passages", passages, self.passage_max_length)):
+            lengths = ([len(x) for x in self.tokenizer(texts, truncation=False, verbose=False)["input_ids"]]
+                       if texts else [])
+            out[name] = sum(n > limit for n in lengths) / len(lengths) if lengths else 0.0
+        return out
 
     def collate(self, groups: list[Group]) -> Batch:
         """Tokenise a list of groups and build the [B, B·G] masks (:class:`GroupCollator` with today's settings)."""
