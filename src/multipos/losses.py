@@ -38,6 +38,15 @@ Objectives (paper, Sec. 3 "Training objectives"):
 =====================  =====================================================================
 
 With |D+| = 1 every objective except the ``maxn`` variants equals InfoNCE.
+
+Soft-target objectives (:data:`SOFT_OBJECTIVES`) also take a target matrix ``[B, N]``:
+
+=====================  =====================================================================
+``kl``                 KL distillation: Σ_d T_d (log T_d − log P(d | q)), T = weights normalised over D
+``margin_mse``         MarginMSE: mean_{p,n} ((s_p − s_n) − (t_p − t_n))², teacher scores t
+``jointlh_weighted``   −Σ_p w_p log P(p | q) / Σ_p w_p, grade weights w
+``summarglh_weighted`` −log Σ_p w_p P(p | q), grade weights w ∈ (0, 1]
+=====================  =====================================================================
 """
 
 from __future__ import annotations
@@ -47,7 +56,8 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
-__all__ = ["OBJECTIVES", "SINGLE_POSITIVE", "HARDEST_NEGATIVE", "ContrastiveLoss", "compute", "check_name"]
+__all__ = ["OBJECTIVES", "SOFT_OBJECTIVES", "SINGLE_POSITIVE", "HARDEST_NEGATIVE", "ContrastiveLoss", "compute",
+           "check_name", "soft_targets"]
 
 # A large finite stand-in for −inf: keeps logsumexp and its gradient finite on empty sets.
 # Representable in both compute dtypes (float32 max ≈ 3.4e38, float64 ≈ 1.8e308), and stays finite
@@ -151,7 +161,88 @@ def recontriever(scores: Tensor, positive_mask: Tensor, negative_mask: Tensor) -
     return (weights * per_pos.masked_fill(~positive_mask, 0.0)).sum(-1)
 
 
+def soft_targets(teacher_scores: Tensor, known_mask: Tensor, temperature: float = 1.0) -> Tensor:
+    """Target distribution of KL distillation from a teacher's scores (Hinton et al., 2015, Eq. 1):
+    T_ij = exp(t_ij / τ_t) / Σ_{k known} exp(t_ik / τ_t) over the candidates whose teacher score is known, 0 elsewhere.
+
+    Args: teacher_scores [B, N] float (any value where unknown); known_mask [B, N] bool; temperature τ_t > 0 (the
+    teacher temperature setting). Returns [B, N] in the dtype of ``teacher_scores``; a row with no known score is 0.
+    Raises ValueError for τ_t <= 0.
+    """
+    if not temperature > 0:
+        raise ValueError(f"teacher temperature must be > 0, got {temperature}")
+    logits = _masked(teacher_scores / temperature, known_mask)
+    return torch.softmax(logits, dim=-1).masked_fill(~known_mask, 0.0) * known_mask.any(-1, keepdim=True)
+
+
+def kl_divergence(scores: Tensor, positive_mask: Tensor, negative_mask: Tensor, target: Tensor) -> Tensor:
+    """KL distillation: KL(T ‖ P) = Σ_{d∈D} T_d (log T_d − log P(d | q)), P the softmax over D = D+ ∪ D−.
+
+    ``target`` [B, N] holds non-negative weights (grade weights, or :func:`soft_targets` of a teacher's scores);
+    they are normalised over D per row, T = w / Σ_D w, and 0·log 0 = 0. Candidates with weight 0 (in-batch or
+    corpus negatives without a teacher score) enter only P's normaliser. References: Hinton et al. 2015
+    (distillation); Tevatron's DistilTevatronTrainer and sentence-transformers' ``DistillKLDivLoss`` use the same
+    loss with a teacher's softmax as T. Relations: with one positive of weight 1 and 0 elsewhere it is InfoNCE
+    (Eq. 1); with equal weights on the positives it is −1/|D+| Σ_p log P(p) − log |D+|, JointLH (Eq. 2) shifted by a
+    constant. [B, N] → [B]; a row whose weights sum to 0 gets loss 0.
+    """
+    pool = positive_mask | negative_mask
+    w = target.masked_fill(~pool, 0.0).clamp(min=0.0)
+    total = w.sum(-1, keepdim=True)
+    t = w / total.clamp(min=torch.finfo(w.dtype).tiny)
+    log_p = scores - _lse(scores, pool)[:, None]
+    log_t = torch.log(t.clamp(min=torch.finfo(t.dtype).tiny))
+    return (t * (log_t - log_p)).masked_fill(t <= 0, 0.0).sum(-1)
+
+
+def margin_mse(scores: Tensor, positive_mask: Tensor, negative_mask: Tensor, target: Tensor) -> Tensor:
+    """MarginMSE (Hofstätter et al., 2020, Eq. 1): mean over pairs (p ∈ D+, n ∈ D−) of
+    ((s_p − s_n) − (t_p − t_n))², the student's margin against the teacher's.
+
+    ``target`` [B, N] holds the teacher's scores in the units of ``scores``; NaN marks a candidate without one (an
+    in-batch or corpus negative), which forms no pair. Relations: sentence-transformers' ``MarginMSELoss`` with one
+    positive and one negative; not a likelihood, so it does not reduce to InfoNCE. [B, N] → [B]; a row without a
+    pair gets loss 0.
+    """
+    known = ~torch.isnan(target)
+    t = torch.nan_to_num(target, nan=0.0)
+    pos, neg = positive_mask & known, negative_mask & known
+    diff = (scores - t)  # (s_p − s_n) − (t_p − t_n) = (s_p − t_p) − (s_n − t_n)
+    sq = (diff[:, :, None] - diff[:, None, :]) ** 2  # [B, N, N]: pair (p = j, n = k)
+    pairs = pos[:, :, None] & neg[:, None, :]
+    n_pairs = pairs.sum((-1, -2))
+    return (sq * pairs).sum((-1, -2)) / n_pairs.clamp(min=1)
+
+
+def jointlh_weighted(scores: Tensor, positive_mask: Tensor, negative_mask: Tensor, target: Tensor) -> Tensor:
+    """Grade-weighted JointLH: −Σ_{p∈D+} w_p log P(p | q) / Σ_{p∈D+} w_p, softmax over D = D+ ∪ D−.
+
+    ``target`` [B, N]: the positives' weights w_p ≥ 0 (e.g. from their grades, ``data.targets``). A multipos
+    extension of JointLH (paper Eq. 2) to graded positives; Zhang et al. (2025)'s "multi-softmax" soft-label
+    cross-entropy is the same loss with weights normalised to sum to 1. Relations: equal weights give JointLH; one
+    positive gives InfoNCE (Eq. 1). [B, N] → [B]; a row whose positive weights sum to 0 gets loss 0.
+    """
+    w = target.masked_fill(~positive_mask, 0.0).clamp(min=0.0)
+    log_p = (scores - _lse(scores, positive_mask | negative_mask)[:, None]).masked_fill(~positive_mask, 0.0)
+    return -(w * log_p).sum(-1) / w.sum(-1).clamp(min=torch.finfo(w.dtype).tiny)
+
+
+def summarglh_weighted(scores: Tensor, positive_mask: Tensor, negative_mask: Tensor, target: Tensor) -> Tensor:
+    """Grade-weighted SumMargLH: −log Σ_{p∈D+} w_p P(p | q) = log Σ_D exp(s) − log Σ_{D+} w_p exp(s_p).
+
+    ``target`` [B, N]: the positives' weights w_p in (0, 1] (the top grade 1). A multipos extension of SumMargLH
+    (paper Eq. 3) to graded positives. Relations: all weights 1 give SumMargLH; one positive of weight 1 gives
+    InfoNCE (Eq. 1). [B, N] → [B]. Raises nothing; weights ≤ 0 drop that positive from the sum (a row with none
+    left gets the ≈1e30 loss of an empty log-sum-exp: the data side gives every positive a weight > 0).
+    """
+    w = target.masked_fill(~positive_mask, 0.0)
+    weighted = positive_mask & (w > 0)
+    log_w = torch.log(w.clamp(min=torch.finfo(w.dtype).tiny))
+    return _lse(scores, positive_mask | negative_mask) - _lse(scores + log_w, weighted)
+
+
 Objective = Callable[[Tensor, Tensor, Tensor], Tensor]
+SoftObjective = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 
 #: Registry: objective name (as in ``conf/loss/<name>.yaml``) → implementation.
 OBJECTIVES: dict[str, Objective] = {
@@ -167,6 +258,14 @@ OBJECTIVES: dict[str, Objective] = {
     "recontriever": recontriever,
 }
 
+#: Objectives that also take a target matrix [B, N] (weights or teacher scores; ``compute(..., target=)``).
+SOFT_OBJECTIVES: dict[str, SoftObjective] = {
+    "kl": kl_divergence,
+    "margin_mse": margin_mse,
+    "jointlh_weighted": jointlh_weighted,
+    "summarglh_weighted": summarglh_weighted,
+}
+
 #: Objectives trained on a single positive per query → which positive is kept (``"first"`` /
 #: ``"random"``). The single source of that rule: the training-stage plan reads it to configure each
 #: stage's positive selection; the objectives themselves only check that the mask holds one positive.
@@ -180,9 +279,11 @@ HARDEST_NEGATIVE: frozenset[str] = frozenset({"lsepair_maxn", "lsepair_minp_maxn
 
 
 def check_name(name: str) -> str:
-    """Return ``name`` if it is a known objective, else raise ``ValueError`` listing the allowed names."""
-    if name not in OBJECTIVES:
-        raise ValueError(f"unknown objective {name!r} (loss.name); allowed: {', '.join(sorted(OBJECTIVES))}")
+    """Return ``name`` if it is a known objective (:data:`OBJECTIVES` or :data:`SOFT_OBJECTIVES`), else raise
+    ``ValueError`` listing the allowed names."""
+    if name not in OBJECTIVES and name not in SOFT_OBJECTIVES:
+        allowed = ", ".join(sorted({*OBJECTIVES, *SOFT_OBJECTIVES}))
+        raise ValueError(f"unknown objective {name!r} (loss.name); allowed: {allowed}")
     return name
 
 
@@ -207,6 +308,7 @@ def compute(
     normalize_by_positives: bool = False,
     *,
     check_rows: bool = True,
+    target: Tensor | None = None,
 ) -> Tensor:
     """Per-query loss of objective ``name`` exactly as the paper defines it.
 
@@ -224,6 +326,8 @@ def compute(
             which becomes −1/|D+| Σ_p log of the softmax over D+ alone.
         normalize_by_positives: divide each query's loss by |D+| (paper Sec. 3, optional
             normalisation; a no-op for the already averaged ``jointlh``).
+        target: [B, N] float, required by the objectives of :data:`SOFT_OBJECTIVES` (weights or teacher scores,
+            as each one's docstring says) and refused by the others.
         check_rows: check each row's positives (none, or several for ``singlelh`` / ``rand1lh``). These
             checks read the masks' values back to the host, which on an accelerator makes the host wait
             for the device; :class:`ContrastiveLoss` makes them on its first batch only. Shapes and
@@ -235,10 +339,19 @@ def compute(
         bf16 / fp16 / fp32 scores give a float32 loss. Gradients flow back in ``scores.dtype``.
 
     Raises:
-        ValueError: unknown ``name``, shape mismatch, non-boolean masks; with ``check_rows``, a query row
-            with no positive, or several positives in a row for ``singlelh`` / ``rand1lh``.
+        ValueError: unknown ``name``, shape mismatch, non-boolean masks, a missing or unexpected ``target``; with
+            ``check_rows``, a query row with no positive, or several positives in a row for ``singlelh`` /
+            ``rand1lh``.
     """
-    fn = OBJECTIVES[check_name(name)]
+    check_name(name)
+    soft = name in SOFT_OBJECTIVES
+    if soft and target is None:
+        raise ValueError(f"objective {name!r} needs a target matrix [B, N] (data.targets: grades or a teacher)")
+    if not soft and target is not None:
+        raise ValueError(f"objective {name!r} takes no target matrix (the soft-target ones: "
+                         f"{', '.join(sorted(SOFT_OBJECTIVES))})")
+    if soft and target.shape != scores.shape:
+        raise ValueError(f"target shape {tuple(target.shape)} != scores shape {tuple(scores.shape)}")
     if scores.dim() != 2:
         raise ValueError(f"scores must be [B, N], got shape {tuple(scores.shape)}")
     for field, mask in (("positive_mask", positive_mask), ("negative_mask", negative_mask)):
@@ -254,7 +367,11 @@ def compute(
     if negative_mask is None:
         negative_mask = ~positive_mask
     negative_mask = negative_mask & ~positive_mask
-    loss = fn(scores.to(torch.promote_types(scores.dtype, torch.float32)), positive_mask, negative_mask)
+    wide = torch.promote_types(scores.dtype, torch.float32)
+    if soft:
+        loss = SOFT_OBJECTIVES[name](scores.to(wide), positive_mask, negative_mask, target.to(wide))
+    else:
+        loss = OBJECTIVES[name](scores.to(wide), positive_mask, negative_mask)
     if normalize_by_positives and name != "jointlh":
         loss = loss / n_pos.to(loss.dtype)
     return loss
@@ -282,10 +399,11 @@ class ContrastiveLoss(nn.Module):
         self.normalize_by_positives = normalize_by_positives
         self.rows_checked = False
 
-    def forward(self, scores: Tensor, positive_mask: Tensor, negative_mask: Tensor) -> Tensor:
-        """scores [B, N], masks [B, N] → scalar mean loss (dtype rule of :func:`compute`; rows checked on the first
-        call, class docstring)."""
+    def forward(self, scores: Tensor, positive_mask: Tensor, negative_mask: Tensor,
+                target: Tensor | None = None) -> Tensor:
+        """scores [B, N], masks [B, N] (and, for a soft-target objective, target [B, N]) → scalar mean loss (dtype
+        rule of :func:`compute`; rows checked on the first call, class docstring)."""
         loss = compute(self.name, scores, positive_mask, negative_mask, self.normalize_by_positives,
-                       check_rows=not self.rows_checked)
+                       check_rows=not self.rows_checked, target=target)
         self.rows_checked = True
         return loss.mean()
