@@ -15,9 +15,10 @@ from lightning.pytorch.utilities import GradClipAlgorithmType
 from multipos import distributed
 from multipos.corpus_candidates import corpus_scores, corpus_targets
 from multipos.data.collate import Batch
+from multipos.data.groups import group_targets
 from multipos.embedding_gradients import RowSparseEmbeddingGrads
 from multipos.grad_cache import grad_cache_step
-from multipos.losses import HARDEST_NEGATIVE, ContrastiveLoss
+from multipos.losses import HARDEST_NEGATIVE, SOFT_OBJECTIVES, ContrastiveLoss
 from multipos.model import DualEncoder
 from multipos.passage_index import FrozenPassageIndex
 from multipos.transfer import to_device
@@ -168,7 +169,11 @@ class RetrieverModule(L.LightningModule):
         layout = distributed.batch_layout(q.shape[0], batch.passage_ids, p.shape[0])
         scores = self.model.score(q, distributed.gather_with_grad(p, layout.passage_counts))
         positive_mask, negative_mask = distributed.global_masks(batch, layout)
-        loss = self.loss(scores, positive_mask, negative_mask) * layout.loss_scale
+        target = None
+        if self.soft_targets:  # query i's weight of each global column (multipos.data.groups.group_targets)
+            columns = layout.passage_ids if layout.world_size > 1 else batch.passage_ids
+            target = to_device(group_targets(self._groups(batch), columns), scores.device)
+        loss = self.loss(scores, positive_mask, negative_mask, target) * layout.loss_scale
         return loss, {"scores": scores.detach(), "positive_mask": positive_mask, "negative_mask": negative_mask}
 
     def training_step(self, batch: Batch, batch_idx: int) -> dict:
@@ -233,7 +238,14 @@ class RetrieverModule(L.LightningModule):
                                                              targets, self.chunk_size, summary)
         ids = batch.passage_ids or []
         layout = distributed.batch_layout(q.shape[0], ids, len(ids))
-        loss = self.loss(scores, positive_mask, negative_mask) * layout.loss_scale
+        target = None
+        if self.soft_targets:  # the positives' weights in their columns, 0 for the negatives' summary column
+            target = torch.zeros(scores.shape, dtype=torch.float32)
+            for i, g in enumerate(self._groups(batch)):
+                positives = g.passage_ids[: g.n_positives]
+                target[i, : len(positives)] = group_targets([g], positives)[0]
+            target = to_device(target, scores.device)
+        loss = self.loss(scores, positive_mask, negative_mask, target) * layout.loss_scale
         return loss, {"scores": scores.detach(), "positive_mask": positive_mask, "negative_mask": negative_mask}
 
     def _grad_cache_step(self, batch: Batch) -> tuple[torch.Tensor, dict]:
@@ -265,7 +277,18 @@ class RetrieverModule(L.LightningModule):
         Otherwise the batches leave them in the DataLoader workers, which saves the main process rebuilding them
         (:class:`multipos.data.collate.GroupCollator`)."""
         world_size = self.trainer.world_size if self._trainer is not None else 1
-        return world_size > 1 or self.candidates == "corpus"
+        return world_size > 1 or self.candidates == "corpus" or self.soft_targets
+
+    @property
+    def soft_targets(self) -> bool:
+        """Whether the objective reads a target matrix (:data:`multipos.losses.SOFT_OBJECTIVES`)."""
+        return self.loss.name in SOFT_OBJECTIVES
+
+    @staticmethod
+    def _groups(batch: Batch) -> list:
+        if batch.groups is None:
+            raise ValueError("a soft-target objective needs Batch.groups (the target weights per query)")
+        return batch.groups
 
     def on_fit_start(self) -> None:
         """CPU training in one process: the trained encoders' word embeddings get row-sparse gradients written

@@ -47,6 +47,9 @@ class TrainQuery:
         silver: silver (LLM-like, grade 1) positives in order.
         negatives: hard negatives, best-ranked first (judged passages already removed).
         judged: every passage known to be relevant to the query (any grade): never a negative.
+        weights: target weight of each passage that has one (e.g. a positive's grade weight,
+            ``data.source.grade_weights``), read by the soft-target objectives
+            (:data:`multipos.losses.SOFT_OBJECTIVES`).
     """
 
     query_id: str
@@ -55,6 +58,7 @@ class TrainQuery:
     silver: list[str] = field(default_factory=list)
     negatives: list[str] = field(default_factory=list)
     judged: set[str] = field(default_factory=set)
+    weights: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self):
         self.judged = set(self.judged) | set(self.gold) | set(self.silver)
@@ -84,6 +88,7 @@ class Group:
     passage_ids: list[str]
     n_positives: int
     judged: set[str]
+    weights: dict[str, float] | None = None  # target weight per passage id (soft-target objectives), else None
 
 
 class GroupBuilder:
@@ -190,7 +195,8 @@ class GroupBuilder:
                 f"query {query.query_id!r}: only {len(negatives)} negatives available, group size G="
                 f"{self.group_size} needs {need}"
             )
-        return Group(query.query_id, query.query, chosen + negatives, len(chosen), query.judged)
+        return Group(query.query_id, query.query, chosen + negatives, len(chosen), query.judged,
+                     query.weights or None)
 
 
 def negative_shortfall(builder: GroupBuilder, items: Sequence[tuple[TrainQuery, Sequence[str]]],
@@ -254,6 +260,25 @@ def group_masks(groups: Sequence[Group], columns: Sequence[str] | None = None,
         start += len(g.passage_ids)
     negative_mask[rows, cols] = False
     return positive_mask, negative_mask
+
+
+def group_targets(groups: Sequence[Group], columns: Sequence[str] | None = None) -> torch.Tensor:
+    """Target matrix float32 [B, len(columns)] of the soft-target objectives: query i's weight of the passage in
+    column j (:attr:`Group.weights`), 0 where it has none. ``columns`` as in :func:`group_masks` (default: the groups'
+    passages concatenated).
+
+    Raises ValueError naming the query when a group carries no weights (the data has no target settings).
+    """
+    columns = [pid for g in groups for pid in g.passage_ids] if columns is None else list(columns)
+    target = torch.zeros(len(groups), len(columns), dtype=torch.float32)
+    for i, g in enumerate(groups):
+        if g.weights is None:
+            raise ValueError(f"query {g.query_id!r} has no target weights: a soft-target objective needs "
+                             "data.source.grade_weights (e.g. {2: 1.0, 1: 0.5})")
+        for j, pid in enumerate(columns):
+            if pid in g.weights:
+                target[i, j] = g.weights[pid]
+    return target
 
 
 def unjudged_negatives(ranked: Iterable[str], judged: Iterable[str], depth: int) -> list[str]:

@@ -76,6 +76,25 @@ def _filter_pools(rule, model: str, encoder: dict | None, corpus: Corpus, querie
     return counts
 
 
+def _check_grade_weights(grade_weights) -> dict[int, float] | None:
+    """``data.source.grade_weights`` as {grade: weight}: the target weight of a positive of each grade, read by the
+    soft-target objectives (:data:`multipos.losses.SOFT_OBJECTIVES`). Raises ValueError naming the setting for a
+    grade that is not an integer or a weight that is not a number in (0, 1]."""
+    if grade_weights is None:
+        return None
+    out = {}
+    for grade, weight in dict(grade_weights).items():
+        try:
+            g, w = int(grade), float(weight)
+        except (TypeError, ValueError):
+            raise ValueError(f"data.source.grade_weights: {grade!r}: {weight!r} must map an integer grade to a "
+                             "number") from None
+        if not 0 < w <= 1:
+            raise ValueError(f"data.source.grade_weights: grade {g} has weight {w}; weights lie in (0, 1]")
+        out[g] = w
+    return out
+
+
 def _cache_json(name: str, settings: dict, compute):
     """Load ``compute()``'s JSON result from the cache, keyed by ``settings``, or compute and store it."""
     key = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
@@ -181,6 +200,8 @@ class BeirGradedSource:
             (the data configs pass the model config's); teacher_prompts: ``{"query": …, "passage": …}`` (the model
             config's prompts; None = the teacher checkpoint's own).
         max_queries: keep only the first N queries (smoke tests); None = all.
+        grade_weights: {grade: weight in (0, 1]}: each positive's target weight for the soft-target objectives
+            (:data:`multipos.losses.SOFT_OBJECTIVES`), e.g. ``{2: 1.0, 1: 0.5}``; None = no targets.
 
     Queries whose judgments are all below ``silver_grade`` have no positive: they are kept (their judged
     passages are still never negatives elsewhere), counted and logged here, and skipped by the data module.
@@ -195,8 +216,10 @@ class BeirGradedSource:
                  max_queries: int | None = None, teacher_pooling: str | None = None,
                  teacher_normalize: bool | None = None, negatives: str = "bm25", negative_model: str | None = None,
                  negative_encoder: dict | None = None, negative_refresh_epochs: int | None = None,
-                 teacher_prompts: dict | None = None, negative_filter: dict | None = None):
+                 teacher_prompts: dict | None = None, negative_filter: dict | None = None,
+                 grade_weights: dict | None = None):
         _check_negative_options(negatives, ("bm25", "dense"), negative_model, negative_refresh_epochs, negative_depth)
+        self.grade_weights = _check_grade_weights(grade_weights)
         self.negatives, self.negative_model = negatives, negative_model
         self.negative_encoder, self.negative_refresh_epochs = negative_encoder, negative_refresh_epochs
         if ordering not in ORDERINGS:
@@ -235,7 +258,14 @@ class BeirGradedSource:
         for qid, docs in qrels.items():
             gold = [d for d, g in docs.items() if g >= self.gold_grade]
             silver = [d for d, g in docs.items() if self.silver_grade <= g < self.gold_grade]
-            queries.append(TrainQuery(qid, texts[qid], gold, silver, judged=set(docs)))
+            weights = {}
+            if self.grade_weights is not None:
+                for d in (*gold, *silver):
+                    if docs[d] not in self.grade_weights:
+                        raise ValueError(f"{qpath}: query {qid!r} has a positive of grade {docs[d]}, which "
+                                         f"data.source.grade_weights ({self.grade_weights}) gives no weight")
+                    weights[d] = self.grade_weights[docs[d]]
+            queries.append(TrainQuery(qid, texts[qid], gold, silver, judged=set(docs), weights=weights))
         unjudged = [q.query_id for q in queries if not q.gold and not q.silver]
         if unjudged:
             log.warning("%s: %d of %d training queries have no judgment with grade >= %d (no positive): "
