@@ -63,3 +63,19 @@ def test_a_grade_without_a_weight_is_refused(tiny_beir, tiny_bert, tmp_path, mon
                                               "++data.source.grade_weights={2: 1.0}"))
     with pytest.raises(ValueError, match=r"grade 1, which data.source.grade_weights"):
         train(cfg)
+
+
+def test_grade_weights_change_no_hard_objectives_run_so_the_study_reuses_them():
+    """experiment=soft_targets's paper-objective cells have the equivalence key of query_side_objectives's cells
+    (the weights are read by soft-target objectives only); its soft cells differ from each other."""
+    from multipos.runs.keys import equivalence_key
+
+    def key(experiment, loss, extra=()):
+        cfg = compose_cfg("train", [f"experiment={experiment}", f"loss={loss}", "seed=42", "paths.output_dir=o",
+                                    *extra])
+        return equivalence_key(cfg, [None])
+
+    for loss in ("jointlh", "lsepair", "summarglh"):
+        assert key("soft_targets", loss) == key("query_side_objectives", loss, ["recipe=top1"])
+    assert len({key("soft_targets", loss) for loss in ("kl", "jointlh_weighted", "summarglh_weighted")}) == 3
+    assert key("soft_targets", "kl") != key("soft_targets", "kl", ["data.source.grade_weights={2: 1.0, 1: 0.25}"])

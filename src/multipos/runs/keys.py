@@ -23,6 +23,7 @@ from typing import Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
+from multipos.losses import SOFT_OBJECTIVES
 from multipos.stages import DEFAULTS as STAGE_DEFAULTS
 
 __all__ = ["VOLATILE_KEYS", "SEED_FREE_KEYS", "NOT_COMPUTED", "IGNORED_BY_SINGLE_POSITIVE", "HASHED_AS",
@@ -148,7 +149,8 @@ def config_hash(cfg: DictConfig) -> str:
 def equivalence_key(cfg: DictConfig, single_positive: Iterable[str | None]) -> str:
     """Hash of what the run trains and evaluates: :func:`config_hash` without :data:`NOT_COMPUTED` and the
     ``data`` fields its stages ignore (:data:`IGNORED_BY_SINGLE_POSITIVE` when every training stage is
-    single-positive). Runs in different directories can share it; their config hashes differ.
+    single-positive, and ``data.source.grade_weights`` when no stage's objective is a soft-target one). Runs in
+    different directories can share it; their config hashes differ.
 
     ``single_positive``: the resolved ``single_positive`` of each stage that trains (``None``, ``"first"`` or
     ``"random"``, :class:`multipos.stages.Stage`); an empty list (evaluation only) also drops them, since nothing
@@ -167,6 +169,9 @@ def equivalence_key(cfg: DictConfig, single_positive: Iterable[str | None]) -> s
     if all(s is not None for s in single_positive):
         for key in IGNORED_BY_SINGLE_POSITIVE:
             plain.get("data", {}).pop(key, None)
+    objectives = [spec.get("objective") for spec in (plain.get("stages") or {}).values() if isinstance(spec, dict)]
+    if not any(o in SOFT_OBJECTIVES for o in objectives):  # target weights are read by soft-target objectives only
+        (plain.get("data", {}).get("source") or {}).pop("grade_weights", None)
     for spec in (plain.get("stages") or {}).values():
         if isinstance(spec, dict):
             for field, default in STAGE_DEFAULTS.items():
