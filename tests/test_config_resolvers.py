@@ -91,3 +91,15 @@ def test_long_values_and_names_become_hashes():
     assert len(name) == len("eval.validation=") + 9 + len(",seed=1")
     long = ",".join(f"k{i}=v{i}" for i in range(60))
     assert len(run_subdir(long)) == 199 and run_subdir(long) != run_subdir(long + ",k99=1")
+
+
+def test_multipos_bf16_decides_the_automatic_precision(monkeypatch):
+    from multipos.hardware import auto_precision, native_bf16
+
+    monkeypatch.setenv("MULTIPOS_BF16", "0")
+    assert auto_precision() == "32-true" and native_bf16() is False
+    monkeypatch.setenv("MULTIPOS_BF16", "1")
+    assert auto_precision() == "bf16-mixed"
+    monkeypatch.setenv("MULTIPOS_BF16", "yes")
+    with pytest.raises(ValueError, match="MULTIPOS_BF16"):
+        auto_precision()

@@ -9,8 +9,20 @@ __all__ = ["auto_precision", "native_bf16", "auto_workers", "auto_log_interval",
 
 def auto_precision() -> str:
     """Lightning precision: ``bf16-mixed`` where bf16 is supported natively (a CUDA GPU with bf16, or a
-    CPU with AVX512-BF16/AMX), else ``32-true``."""
+    CPU with AVX512-BF16/AMX), else ``32-true``. ``MULTIPOS_BF16=0`` (or ``1``) decides instead of the hardware:
+    for example fp32 everywhere on a bf16 machine, to continue or compare with runs made where bf16 is not native
+    (training, encoding and teacher scoring then all run in fp32).
+
+    Raises ValueError for another value of ``MULTIPOS_BF16``."""
+    import os
+
     import torch
+
+    forced = os.environ.get("MULTIPOS_BF16", "")
+    if forced:
+        if forced not in ("0", "1"):
+            raise ValueError(f"MULTIPOS_BF16={forced!r}: use 0 (fp32) or 1 (bf16-mixed)")
+        return "bf16-mixed" if forced == "1" else "32-true"
 
     if torch.cuda.is_available():
         return "bf16-mixed" if torch.cuda.is_bf16_supported() else "32-true"

@@ -110,6 +110,10 @@ def train(cfg: DictConfig) -> dict | None:
     check_launch(world)
     # data errors here
     steps = [datamodule.steps_per_epoch(s.regime, world) * s.epochs if s.epochs else 0 for s in stages]
+    noise = getattr(datamodule.source, "label_noise", None)
+    if noise is not None and zero:  # which positives were replaced, per query: the run can be audited
+        atomic.write_json(out / "label_noise.json", {"rate": noise.rate, "kind": noise.kind, "seed": noise.seed,
+                                                     "queries": noise.record})
     spans = schedule_spans(stages, steps)
     model = instantiate(cfg.model, **weights)  # checkpoint and tokenizer errors, before anything is written
     model.pack_sequences = packing

@@ -29,6 +29,7 @@ from multipos import atomic
 from multipos.assets import cache_dir, is_local_path, resolve_dataset
 from multipos.data.beir import check_qrels_ids, check_query_texts, read_corpus, read_queries
 from multipos.data.groups import TrainQuery, unjudged_negatives
+from multipos.data.label_noise import LabelNoise
 from multipos.data.negative_filter import NegativeFilter
 from multipos.data.tevatron import load_tevatron_hf, read_tevatron
 from multipos.data.trec import read_qrels
@@ -202,6 +203,8 @@ class BeirGradedSource:
         max_queries: keep only the first N queries (smoke tests); None = all.
         grade_weights: {grade: weight in (0, 1]}: each positive's target weight for the soft-target objectives
             (:data:`multipos.losses.SOFT_OBJECTIVES`), e.g. ``{2: 1.0, 1: 0.5}``; None = no targets.
+        label_noise: ``{rate, kind, seed}``: replace that share of each query's positives by false positives
+            (:class:`multipos.data.label_noise.LabelNoise`); None = the labels as published.
 
     Queries whose judgments are all below ``silver_grade`` have no positive: they are kept (their judged
     passages are still never negatives elsewhere), counted and logged here, and skipped by the data module.
@@ -217,9 +220,11 @@ class BeirGradedSource:
                  teacher_normalize: bool | None = None, negatives: str = "bm25", negative_model: str | None = None,
                  negative_encoder: dict | None = None, negative_refresh_epochs: int | None = None,
                  teacher_prompts: dict | None = None, negative_filter: dict | None = None,
-                 grade_weights: dict | None = None):
+                 grade_weights: dict | None = None, label_noise: dict | None = None):
         _check_negative_options(negatives, ("bm25", "dense"), negative_model, negative_refresh_epochs, negative_depth)
         self.grade_weights = _check_grade_weights(grade_weights)
+        self.label_noise = LabelNoise.from_config(label_noise)
+        self.noise_counts: dict | None = None
         self.negatives, self.negative_model = negatives, negative_model
         self.negative_encoder, self.negative_refresh_epochs = negative_encoder, negative_refresh_epochs
         if ordering not in ORDERINGS:
@@ -285,6 +290,11 @@ class BeirGradedSource:
         if self.negative_filter:  # after the ordering: reference=first means the teacher's best positive
             self.filter_counts = _filter_pools(self.negative_filter, self.negative_model, self.negative_encoder,
                                                corpus, queries)
+        if self.label_noise:  # last: the false positives take the ordered places of the positives they replace
+            self.noise_counts = self.label_noise.apply(queries, corpus.ids)
+            log.info("label noise %s (%s): %d of %d training positives replaced by false positives",
+                     self.label_noise.rate, self.label_noise.kind, self.noise_counts["replaced"],
+                     self.noise_counts["positives"])
         return corpus, queries
 
 

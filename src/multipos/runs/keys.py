@@ -89,7 +89,7 @@ NEUTRAL_SETTINGS = {
     "model.query_prompt": None, "model.passage_prompt": None, "model.lora": None,
     "data.source.negative_encoder.query_prompt": None, "data.source.negative_encoder.passage_prompt": None,
     "data.source.teacher_prompts": {"query": None, "passage": None}, "data.source.negative_filter": None,
-    "data.source.grade_weights": None,
+    "data.source.grade_weights": None, "data.source.label_noise": None,
 }
 
 
