@@ -79,3 +79,25 @@ def test_grade_weights_change_no_hard_objectives_run_so_the_study_reuses_them():
         assert key("soft_targets", loss) == key("query_side_objectives", loss, ["recipe=top1"])
     assert len({key("soft_targets", loss) for loss in ("kl", "jointlh_weighted", "summarglh_weighted")}) == 3
     assert key("soft_targets", "kl") != key("soft_targets", "kl", ["data.source.grade_weights={2: 1.0, 1: 0.25}"])
+
+
+@pytest.mark.parametrize("loss,extra", [("margin_mse", ()),
+                                        ("kl", ("passages=frozen_index", "passages.candidates=corpus"))],
+                         ids=["margin_mse-two_tower", "kl-corpus"])
+def test_a_teacher_score_file_trains_the_soft_objectives(tiny_beir, tiny_bert, tmp_path, monkeypatch, loss, extra):
+    """A TREC run over every training pair of the tiny data (a stand-in teacher: a score per topic word overlap)."""
+    from multipos.data.trec import read_qrels
+
+    monkeypatch.setenv("MULTIPOS_CACHE", str(tmp_path / "cache"))
+    qrels = read_qrels(tiny_beir / "qrels-graded" / "train.s-3.qrel")
+    corpus = [json.loads(x)["_id"] for x in (tiny_beir / "corpus.jsonl").read_text().splitlines()]
+    lines = [f"{q} Q0 {p} {r + 1} {docs.get(p, 0) * 1.5 - r * 0.01:.4f} teacher"
+             for q, docs in qrels.items() for r, p in enumerate(corpus)]
+    (tmp_path / "teacher.trec").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "run"
+    teacher = f"++data.source.teacher_scores={{path: '{tmp_path}/teacher.trec', temperature: 0.5}}"
+    cfg = compose_cfg("train", [*extra, *tiny_overrides(tiny_beir, tiny_bert, out, f"loss={loss}", *GRADED[:2],
+                                                        teacher)])
+    train(cfg)
+    info = json.loads((out / "run_info.json").read_text())
+    assert info["status"] == "complete" and info["stage_records"][0]["teacher_scores"]["scored_queries"] == 5

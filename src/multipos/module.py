@@ -172,7 +172,7 @@ class RetrieverModule(L.LightningModule):
         target = None
         if self.soft_targets:  # query i's weight of each global column (multipos.data.groups.group_targets)
             columns = layout.passage_ids if layout.world_size > 1 else batch.passage_ids
-            target = to_device(group_targets(self._groups(batch), columns), scores.device)
+            target = to_device(group_targets(self._groups(batch), columns, self.target_kind), scores.device)
         loss = self.loss(scores, positive_mask, negative_mask, target) * layout.loss_scale
         return loss, {"scores": scores.detach(), "positive_mask": positive_mask, "negative_mask": negative_mask}
 
@@ -240,10 +240,10 @@ class RetrieverModule(L.LightningModule):
         layout = distributed.batch_layout(q.shape[0], ids, len(ids))
         target = None
         if self.soft_targets:  # the positives' weights in their columns, 0 for the negatives' summary column
-            target = torch.zeros(scores.shape, dtype=torch.float32)
+            target = torch.full(scores.shape, float("nan") if self.target_kind == "scores" else 0.0)
             for i, g in enumerate(self._groups(batch)):
                 positives = g.passage_ids[: g.n_positives]
-                target[i, : len(positives)] = group_targets([g], positives)[0]
+                target[i, : len(positives)] = group_targets([g], positives, self.target_kind)[0]
             target = to_device(target, scores.device)
         loss = self.loss(scores, positive_mask, negative_mask, target) * layout.loss_scale
         return loss, {"scores": scores.detach(), "positive_mask": positive_mask, "negative_mask": negative_mask}
@@ -283,6 +283,11 @@ class RetrieverModule(L.LightningModule):
     def soft_targets(self) -> bool:
         """Whether the objective reads a target matrix (:data:`multipos.losses.SOFT_OBJECTIVES`)."""
         return self.loss.name in SOFT_OBJECTIVES
+
+    @property
+    def target_kind(self) -> str:
+        """``scores`` (a teacher's raw scores) for ``margin_mse``, else ``weights`` (:func:`group_targets`)."""
+        return "scores" if self.loss.name == "margin_mse" else "weights"
 
     @staticmethod
     def _groups(batch: Batch) -> list:

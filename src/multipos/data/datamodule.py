@@ -215,6 +215,8 @@ class MultiPosDataModule(L.LightningDataModule):
                           "skipped_no_positive": len(skipped), "topped_up_negatives": len(short)}
             if getattr(self.source, "filter_counts", None):  # positive-aware filtering of the mined negatives
                 self.stats["negative_filter"] = dict(self.source.filter_counts)
+            if getattr(self.source, "teacher_counts", None):  # teacher scores as soft targets
+                self.stats["teacher_scores"] = dict(self.source.teacher_counts)
             if getattr(self.source, "noise_counts", None):  # controlled label noise (multipos.data.label_noise)
                 self.stats["label_noise"] = dict(self.source.noise_counts)
             log.info("regime %s: %d of %d training queries, %d positive labels%s", self.stage_regime,

@@ -50,6 +50,8 @@ class TrainQuery:
         weights: target weight of each passage that has one (e.g. a positive's grade weight,
             ``data.source.grade_weights``), read by the soft-target objectives
             (:data:`multipos.losses.SOFT_OBJECTIVES`).
+        teacher_scores: a teacher's raw score of each passage it scored (``margin_mse``'s targets,
+            :mod:`multipos.data.teacher_scores`).
     """
 
     query_id: str
@@ -59,6 +61,7 @@ class TrainQuery:
     negatives: list[str] = field(default_factory=list)
     judged: set[str] = field(default_factory=set)
     weights: dict[str, float] = field(default_factory=dict)
+    teacher_scores: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self):
         self.judged = set(self.judged) | set(self.gold) | set(self.silver)
@@ -89,6 +92,7 @@ class Group:
     n_positives: int
     judged: set[str]
     weights: dict[str, float] | None = None  # target weight per passage id (soft-target objectives), else None
+    teacher_scores: dict[str, float] | None = None  # a teacher's raw score per passage id (margin_mse), else None
 
 
 class GroupBuilder:
@@ -196,7 +200,7 @@ class GroupBuilder:
                 f"{self.group_size} needs {need}"
             )
         return Group(query.query_id, query.query, chosen + negatives, len(chosen), query.judged,
-                     query.weights or None)
+                     query.weights or None, query.teacher_scores or None)
 
 
 def negative_shortfall(builder: GroupBuilder, items: Sequence[tuple[TrainQuery, Sequence[str]]],
@@ -262,22 +266,26 @@ def group_masks(groups: Sequence[Group], columns: Sequence[str] | None = None,
     return positive_mask, negative_mask
 
 
-def group_targets(groups: Sequence[Group], columns: Sequence[str] | None = None) -> torch.Tensor:
-    """Target matrix float32 [B, len(columns)] of the soft-target objectives: query i's weight of the passage in
-    column j (:attr:`Group.weights`), 0 where it has none. ``columns`` as in :func:`group_masks` (default: the groups'
-    passages concatenated).
+def group_targets(groups: Sequence[Group], columns: Sequence[str] | None = None, kind: str = "weights") -> torch.Tensor:
+    """Target matrix float32 [B, len(columns)] of the soft-target objectives: query i's value for the passage in
+    column j, ``kind`` = ``weights`` (:attr:`Group.weights`, 0 where a passage has none) or ``scores``
+    (:attr:`Group.teacher_scores`, NaN where the teacher scored none: ``margin_mse`` forms no pair with it).
+    ``columns`` as in :func:`group_masks` (default: the groups' passages concatenated).
 
-    Raises ValueError naming the query when a group carries no weights (the data has no target settings).
+    Raises ValueError naming the query when a group carries no targets of that kind (the data has no target settings).
     """
     columns = [pid for g in groups for pid in g.passage_ids] if columns is None else list(columns)
-    target = torch.zeros(len(groups), len(columns), dtype=torch.float32)
+    fill = float("nan") if kind == "scores" else 0.0
+    target = torch.full((len(groups), len(columns)), fill, dtype=torch.float32)
     for i, g in enumerate(groups):
-        if g.weights is None:
-            raise ValueError(f"query {g.query_id!r} has no target weights: a soft-target objective needs "
-                             "data.source.grade_weights (e.g. {2: 1.0, 1: 0.5})")
+        values = g.teacher_scores if kind == "scores" else g.weights
+        if values is None:
+            need = "data.source.teacher_scores" if kind == "scores" else \
+                "data.source.grade_weights (e.g. {2: 1.0, 1: 0.5}) or data.source.teacher_scores"
+            raise ValueError(f"query {g.query_id!r} has no target {kind}: a soft-target objective needs {need}")
         for j, pid in enumerate(columns):
-            if pid in g.weights:
-                target[i, j] = g.weights[pid]
+            if pid in values:
+                target[i, j] = values[pid]
     return target
 
 

@@ -31,6 +31,7 @@ from multipos.data.beir import check_qrels_ids, check_query_texts, read_corpus, 
 from multipos.data.groups import TrainQuery, unjudged_negatives
 from multipos.data.label_noise import LabelNoise
 from multipos.data.negative_filter import NegativeFilter
+from multipos.data.teacher_scores import TeacherScores
 from multipos.data.tevatron import load_tevatron_hf, read_tevatron
 from multipos.data.trec import read_qrels
 from multipos.types import Corpus, DataFormatError
@@ -203,6 +204,9 @@ class BeirGradedSource:
         max_queries: keep only the first N queries (smoke tests); None = all.
         grade_weights: {grade: weight in (0, 1]}: each positive's target weight for the soft-target objectives
             (:data:`multipos.losses.SOFT_OBJECTIVES`), e.g. ``{2: 1.0, 1: 0.5}``; None = no targets.
+        teacher_scores: ``{path, temperature}``: a teacher's scores of the training passages (a TREC run or JSONL,
+            :class:`multipos.data.teacher_scores.TeacherScores`): raw targets of ``margin_mse`` and, softmaxed at
+            the temperature, target weights of the other soft-target objectives; None = none.
         label_noise: ``{rate, kind, seed}``: replace that share of each query's positives by false positives
             (:class:`multipos.data.label_noise.LabelNoise`); None = the labels as published.
 
@@ -220,9 +224,15 @@ class BeirGradedSource:
                  teacher_normalize: bool | None = None, negatives: str = "bm25", negative_model: str | None = None,
                  negative_encoder: dict | None = None, negative_refresh_epochs: int | None = None,
                  teacher_prompts: dict | None = None, negative_filter: dict | None = None,
-                 grade_weights: dict | None = None, label_noise: dict | None = None):
+                 grade_weights: dict | None = None, label_noise: dict | None = None,
+                 teacher_scores: dict | None = None):
         _check_negative_options(negatives, ("bm25", "dense"), negative_model, negative_refresh_epochs, negative_depth)
         self.grade_weights = _check_grade_weights(grade_weights)
+        self.teacher_scores = TeacherScores.from_config(teacher_scores)
+        if self.grade_weights is not None and self.teacher_scores is not None:
+            raise ValueError("data.source.grade_weights and data.source.teacher_scores both give target weights: "
+                             "set one of them")
+        self.teacher_counts: dict | None = None
         self.label_noise = LabelNoise.from_config(label_noise)
         self.noise_counts: dict | None = None
         self.negatives, self.negative_model = negatives, negative_model
@@ -290,6 +300,8 @@ class BeirGradedSource:
         if self.negative_filter:  # after the ordering: reference=first means the teacher's best positive
             self.filter_counts = _filter_pools(self.negative_filter, self.negative_model, self.negative_encoder,
                                                corpus, queries)
+        if self.teacher_scores is not None:
+            self.teacher_counts = self.teacher_scores.apply(queries)
         if self.label_noise:  # last: the false positives take the ordered places of the positives they replace
             self.noise_counts = self.label_noise.apply(queries, corpus.ids)
             log.info("label noise %s (%s): %d of %d training positives replaced by false positives",
