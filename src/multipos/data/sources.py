@@ -31,6 +31,7 @@ from multipos.data.beir import check_qrels_ids, check_query_texts, read_corpus, 
 from multipos.data.groups import TrainQuery, unjudged_negatives
 from multipos.data.label_noise import LabelNoise
 from multipos.data.negative_filter import NegativeFilter
+from multipos.data.teacher_model import TeacherModel
 from multipos.data.teacher_scores import TeacherScores
 from multipos.data.tevatron import load_tevatron_hf, read_tevatron
 from multipos.data.trec import read_qrels
@@ -207,6 +208,9 @@ class BeirGradedSource:
         teacher_scores: ``{path, temperature}``: a teacher's scores of the training passages (a TREC run or JSONL,
             :class:`multipos.data.teacher_scores.TeacherScores`): raw targets of ``margin_mse`` and, softmaxed at
             the temperature, target weights of the other soft-target objectives; None = none.
+        teacher_model: ``{path, kind: bi | cross, temperature, negatives}``: a sentence-transformers teacher that
+            scores each query's positives and hard negatives once, cached
+            (:class:`multipos.data.teacher_model.TeacherModel`); targets as ``teacher_scores``.
         label_noise: ``{rate, kind, seed}``: replace that share of each query's positives by false positives
             (:class:`multipos.data.label_noise.LabelNoise`); None = the labels as published.
 
@@ -225,13 +229,15 @@ class BeirGradedSource:
                  negative_encoder: dict | None = None, negative_refresh_epochs: int | None = None,
                  teacher_prompts: dict | None = None, negative_filter: dict | None = None,
                  grade_weights: dict | None = None, label_noise: dict | None = None,
-                 teacher_scores: dict | None = None):
+                 teacher_scores: dict | None = None, teacher_model: dict | None = None):
         _check_negative_options(negatives, ("bm25", "dense"), negative_model, negative_refresh_epochs, negative_depth)
         self.grade_weights = _check_grade_weights(grade_weights)
         self.teacher_scores = TeacherScores.from_config(teacher_scores)
-        if self.grade_weights is not None and self.teacher_scores is not None:
-            raise ValueError("data.source.grade_weights and data.source.teacher_scores both give target weights: "
-                             "set one of them")
+        self.teacher_model = TeacherModel.from_config(teacher_model)
+        given = [n for n, v in (("grade_weights", self.grade_weights), ("teacher_scores", self.teacher_scores),
+                                ("teacher_model", self.teacher_model)) if v is not None]
+        if len(given) > 1:
+            raise ValueError(f"data.source.{' and data.source.'.join(given)} each give target weights: set one")
         self.teacher_counts: dict | None = None
         self.label_noise = LabelNoise.from_config(label_noise)
         self.noise_counts: dict | None = None
@@ -302,6 +308,8 @@ class BeirGradedSource:
                                                corpus, queries)
         if self.teacher_scores is not None:
             self.teacher_counts = self.teacher_scores.apply(queries)
+        if self.teacher_model is not None:  # after mining: it scores each query's positives and hard negatives
+            self.teacher_counts = self.teacher_model.apply(queries, corpus, cache_dir())
         if self.label_noise:  # last: the false positives take the ordered places of the positives they replace
             self.noise_counts = self.label_noise.apply(queries, corpus.ids)
             log.info("label noise %s (%s): %d of %d training positives replaced by false positives",

@@ -25,7 +25,7 @@ from multipos.data.groups import TrainQuery
 from multipos.data.trec import read_run
 from multipos.types import DataFormatError, iter_jsonl
 
-__all__ = ["TeacherScores", "read_teacher_scores"]
+__all__ = ["TeacherScores", "assign_targets", "read_teacher_scores"]
 
 log = logging.getLogger(__name__)
 
@@ -96,26 +96,32 @@ class TeacherScores:
         return None if not cfg else cls(**dict(cfg))
 
     def apply(self, queries: Sequence[TrainQuery]) -> dict:
-        """Give each query its teacher scores and target weights (module docstring) → counts
-        ``{queries, scored_queries, positives, unscored_positives}``; a positive without a score gets weight 0."""
-        table = read_teacher_scores(self.path)
-        scored = unscored = positives = 0
-        for q in queries:
-            scores = table.get(q.query_id)
-            pos = [*q.gold, *q.silver]
-            positives += len(pos)
-            if not scores:
-                unscored += len(pos)
-                continue
-            scored += 1
-            unscored += sum(p not in scores for p in pos)
-            top = max(scores.values())
-            exp = {p: math.exp((s - top) / self.temperature) for p, s in scores.items()}
-            total = sum(exp.values())
-            q.teacher_scores = dict(scores)
-            q.weights = {p: e / total for p, e in exp.items()}
-        if unscored:
-            log.warning("%s: %d of %d training positives have no teacher score (target weight 0)", self.path,
-                        unscored, positives)
-        return {"queries": len(queries), "scored_queries": scored, "positives": positives,
-                "unscored_positives": unscored}
+        """Give each query its teacher scores and target weights from the file (:func:`assign_targets`)."""
+        return assign_targets(queries, read_teacher_scores(self.path), self.temperature, self.path)
+
+
+def assign_targets(queries: Sequence[TrainQuery], table: dict[str, dict[str, float]], temperature: float,
+                   source: str = "teacher") -> dict:
+    """Give each query its raw teacher scores (``TrainQuery.teacher_scores``) and their softmax at ``temperature``
+    over the query's scored passages as target weights (``TrainQuery.weights``; a positive without a score gets
+    weight 0, with a warning giving the count) → counts ``{queries, scored_queries, positives, unscored_positives}``."""
+    scored = unscored = positives = 0
+    for q in queries:
+        scores = table.get(q.query_id)
+        pos = [*q.gold, *q.silver]
+        positives += len(pos)
+        if not scores:
+            unscored += len(pos)
+            continue
+        scored += 1
+        unscored += sum(p not in scores for p in pos)
+        top = max(scores.values())
+        exp = {p: math.exp((s - top) / temperature) for p, s in scores.items()}
+        total = sum(exp.values())
+        q.teacher_scores = dict(scores)
+        q.weights = {p: e / total for p, e in exp.items()}
+    if unscored:
+        log.warning("%s: %d of %d training positives have no teacher score (target weight 0)", source, unscored,
+                    positives)
+    return {"queries": len(queries), "scored_queries": scored, "positives": positives,
+            "unscored_positives": unscored}

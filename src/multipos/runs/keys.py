@@ -90,6 +90,7 @@ NEUTRAL_SETTINGS = {
     "data.source.negative_encoder.query_prompt": None, "data.source.negative_encoder.passage_prompt": None,
     "data.source.teacher_prompts": {"query": None, "passage": None}, "data.source.negative_filter": None,
     "data.source.grade_weights": None, "data.source.label_noise": None, "data.source.teacher_scores": None,
+    "data.source.teacher_model": None,
 }
 
 
@@ -171,7 +172,7 @@ def equivalence_key(cfg: DictConfig, single_positive: Iterable[str | None]) -> s
             plain.get("data", {}).pop(key, None)
     objectives = [spec.get("objective") for spec in (plain.get("stages") or {}).values() if isinstance(spec, dict)]
     if not any(o in SOFT_OBJECTIVES for o in objectives):  # target weights are read by soft-target objectives only
-        for key in ("grade_weights", "teacher_scores"):
+        for key in ("grade_weights", "teacher_scores", "teacher_model"):
             (plain.get("data", {}).get("source") or {}).pop(key, None)
     for spec in (plain.get("stages") or {}).values():
         if isinstance(spec, dict):
