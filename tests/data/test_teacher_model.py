@@ -1,4 +1,4 @@
-"""multipos.data.teacher_model: a sentence-transformers bi- or cross-encoder scores the training groups once (cached)."""
+"""multipos.data.teacher_model: a sentence-transformers bi- or cross-encoder scores the training groups once."""
 
 from __future__ import annotations
 
