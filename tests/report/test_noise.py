@@ -1,0 +1,53 @@
+"""multipos.report.noise: scores against the label-noise rate, and the fitted slopes (hand-built runs)."""
+
+from __future__ import annotations
+
+import pytest
+from scipy import stats
+
+from multipos.report.noise import format_slopes, main, noise_points, noise_slopes
+from tests.report.fakes import SET, make_run
+
+
+def _sweeps(tmp_path):
+    noisy, clean = tmp_path / "label_noise-cpu", tmp_path / "query_side_objectives-cpu"
+    values = {}
+    for objective, loss_per_rho in (("lsepair", -0.02), ("jointlh", -0.10)):
+        for seed in (42, 43):
+            base = 0.35 + 0.001 * (seed - 42)
+            make_run(clean, f"loss={objective},seed={seed}", objective, metrics={SET: {"ndcg@10": base}}, seed=seed)
+            values[(objective, 0.0, seed)] = base
+            for kind in ("bm25", "random"):
+                for rate in (0.1, 0.5):
+                    v = base + loss_per_rho * rate * (2 if kind == "bm25" else 1)
+                    extra = f"    label_noise:\n      rate: {rate}\n      kind: {kind}\n"
+                    make_run(noisy, f"kind={kind},loss={objective},rate={rate},seed={seed}", objective,
+                             metrics={SET: {"ndcg@10": v}}, seed=seed)
+                    cfg = noisy / f"kind={kind},loss={objective},rate={rate},seed={seed}" / ".hydra" / "config.yaml"
+                    cfg.write_text(cfg.read_text().replace("  source:\n", "  source:\n" + extra, 1))
+                    values[(objective, kind, rate, seed)] = v
+    return noisy, clean, values
+
+
+def test_slopes_are_least_squares_over_seeds_with_the_clean_runs_at_rate_zero(tmp_path):
+    noisy, clean, values = _sweeps(tmp_path)
+    points = noise_points([noisy, clean], SET, "ndcg@10")
+    assert sorted(points) == [("jointlh", "bm25"), ("jointlh", "random"), ("lsepair", "bm25"), ("lsepair", "random")]
+    rows = {(r["objective"], r["kind"]): r for r in noise_slopes(points)}
+    row = rows[("jointlh", "bm25")]
+    xs = [0.0, 0.0, 0.1, 0.1, 0.5, 0.5]
+    ys = [values[("jointlh", 0.0, 42)], values[("jointlh", 0.0, 43)]] + [
+        values[("jointlh", "bm25", r, s)] for r in (0.1, 0.5) for s in (42, 43)]
+    fit = stats.linregress(xs, ys)
+    assert row["n"] == 6 and row["slope"] == pytest.approx(fit.slope) == pytest.approx(-0.2)
+    assert row["ci_low"] <= row["slope"] <= row["ci_high"]
+    assert rows[("lsepair", "random")]["slope"] == pytest.approx(-0.02)
+    assert row["means"][0.5] == pytest.approx(0.3505 - 0.1)
+
+
+def test_the_table_is_written_by_the_command(tmp_path):
+    noisy, clean, _ = _sweeps(tmp_path)
+    out = tmp_path / "label_noise_slopes.md"
+    text = main([str(noisy), str(clean), "--out", str(out)])
+    assert out.read_text() == text and "| jointlh | bm25 |" in text and "slope per unit ρ" in text
+    assert "-0.2000 [" in format_slopes(noise_slopes(noise_points([noisy, clean], SET, "ndcg@10")), SET, "ndcg@10")
