@@ -184,7 +184,8 @@ def kl_divergence(scores: Tensor, positive_mask: Tensor, negative_mask: Tensor, 
     (distillation); Tevatron's DistilTevatronTrainer and sentence-transformers' ``DistillKLDivLoss`` use the same
     loss with a teacher's softmax as T. Relations: with one positive of weight 1 and 0 elsewhere it is InfoNCE
     (Eq. 1); with equal weights on the positives it is −1/|D+| Σ_p log P(p) − log |D+|, JointLH (Eq. 2) shifted by a
-    constant. [B, N] → [B]; a row whose weights sum to 0 gets loss 0.
+    constant; with weights on the positives only, it is ``jointlh_weighted`` plus a constant (the same gradient and
+    the same model). [B, N] → [B]; a row whose weights sum to 0 gets loss 0.
     """
     pool = positive_mask | negative_mask
     w = target.masked_fill(~pool, 0.0).clamp(min=0.0)
