@@ -84,8 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     from multipos.hardware import native_bf16
     from multipos.own_data.prepare import prepare
 
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(args.model))
+    folder = resolve_model(args.model)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
     cap = min(512, getattr(tokenizer, "model_max_length", 512) or 512)
+    st_config = Path(folder) / "sentence_bert_config.json"  # the length a sentence-transformers model was trained at
+    if st_config.is_file():
+        cap = min(cap, int(json.loads(st_config.read_text()).get("max_seq_length") or cap))
     prepared = prepare(args.data, cache_dir() / "own_data", tokenizer, model_max_length=cap,
                        gold_grades=args.gold_grades, silver_grades=args.silver_grades,
                        gold_positives=args.gold_positives)
