@@ -29,6 +29,7 @@ def test_own_data_in_one_command_searches_trains_seeds_and_summarises(tiny_beir,
         assert set(metrics) == {"own_dev", "own_test"}  # the kept checkpoint's dev value, the test set; no average
     summary = (out / "summary.txt").read_text()
     assert "own_test" in summary and "zero-shot" in summary and "BM25" in summary
+    assert "over 2 seeds (42: " in summary  # the seeds of the recipe form one configuration
     # A re-run reads every trial and seed back: nothing is trained again.
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("metrics.json")}
     assert main(args) == 0

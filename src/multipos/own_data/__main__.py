@@ -41,9 +41,15 @@ def _compose(overrides: list[str]):
 def _train(overrides: list[str], out: Path) -> dict:
     from multipos.train import train
 
+    from omegaconf import OmegaConf
+
     out.mkdir(parents=True, exist_ok=True)
     cfg = _compose(["experiment=own_data", *overrides, f"paths.output_dir='{out}'"])
     (out / "overrides.txt").write_text("\n".join(overrides) + "\n", encoding="utf-8")
+    # the run folder's config and overrides where Hydra would write them: the report reads them (seeds, objective)
+    (out / ".hydra").mkdir(exist_ok=True)
+    OmegaConf.save(cfg, out / ".hydra" / "config.yaml")
+    (out / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides), encoding="utf-8")
     return train(cfg)
 
 
