@@ -39,9 +39,9 @@ def _compose(overrides: list[str]):
 
 
 def _train(overrides: list[str], out: Path) -> dict:
-    from multipos.train import train
-
     from omegaconf import OmegaConf
+
+    from multipos.train import train
 
     out.mkdir(parents=True, exist_ok=True)
     cfg = _compose(["experiment=own_data", *overrides, f"paths.output_dir='{out}'"])
