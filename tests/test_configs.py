@@ -200,8 +200,8 @@ def test_each_benchmark_is_an_eval_choice_defined_once(name):
 def test_a_gpu_variant_sweeps_into_its_own_folder_with_the_cpu_run_names():
     """``trainer=gpu ++size.suffix=-gpu`` (docs/gpu.md, bench/gpu/call_studies.sh): the sweep goes to
     ``multirun/<study>-cpu-gpu`` with the same run subfolders as the CPU sweep (the trainer and the suffix name no
-    subfolder), and its config hash differs, so a GPU run is never taken for a CPU one (or reused in its place)."""
-    from multipos.runs.keys import config_hash
+    subfolder), and its run key differs, so a GPU run is never taken for a CPU one (or reused in its place)."""
+    from multipos.runs.spec import run_key
 
     cell = ["loss=jointlh", "seed=43"]
     variant = ["trainer=gpu", "++size.suffix=-gpu"]
@@ -212,17 +212,16 @@ def test_a_gpu_variant_sweeps_into_its_own_folder_with_the_cpu_run_names():
     assert gpu.trainer.accelerator == "gpu"
     plain = [compose_cfg("train", ["experiment=table2_homogeneous", *extra, *cell, "paths.output_dir=o"])
              for extra in ([], variant)]
-    assert config_hash(plain[0]) != config_hash(plain[1])
+    assert run_key(plain[0]) != run_key(plain[1])
 
 
 def test_a_gpu_run_logs_every_10_steps_and_keeps_the_runs_it_continues(monkeypatch):
     """``trainer.log_every_n_steps: ${auto_log_interval:}``: every step on a CPU, every 10 where a CUDA GPU is (each
-    log reads the loss back from the GPU). The GPU sweeps brought back before 2026-11-26 logged every step, and their
-    runs keep their config hash and equivalence key (:data:`multipos.runs.keys.HASHED_AS`), so a later GPU run
-    continues them. Another setting in the trainer still changes the hash."""
+    log reads the loss back from the GPU). How often a run logs is not in its spec, so GPU runs that logged every
+    step keep their run key and equivalence key. Another setting in the trainer still changes the key."""
     import torch
 
-    from multipos.runs.keys import config_hash, equivalence_key
+    from multipos.runs.spec import run_key, run_spec
 
     cell = ["experiment=table2_homogeneous", "trainer=gpu", "++size.suffix=-gpu", "loss=jointlh", "seed=43",
             "paths.output_dir=o"]
@@ -233,10 +232,10 @@ def test_a_gpu_run_logs_every_10_steps_and_keeps_the_runs_it_continues(monkeypat
     now = compose_cfg("train", cell)
     before = compose_cfg("train", [*cell, "trainer.log_every_n_steps=1"])
     assert now.trainer.log_every_n_steps == 10 and compose_cfg("train", ["trainer=ddp"]).trainer.log_every_n_steps == 10
-    assert config_hash(now) == config_hash(before)
-    assert equivalence_key(now, [None]) == equivalence_key(before, [None])
+    assert run_key(now) == run_key(before)
+    assert run_spec(now).equivalence_key() == run_spec(before).equivalence_key()
     assert now.trainer.log_every_n_steps == 10  # hashing leaves the config as it is
-    assert config_hash(compose_cfg("train", [*cell, "trainer.gradient_clip_val=2.0"])) != config_hash(now)
+    assert run_key(compose_cfg("train", [*cell, "trainer.gradient_clip_val=2.0"])) != run_key(now)
 
 
 def test_the_main_job_trains_the_recipe_the_search_chose():
@@ -272,7 +271,7 @@ def test_python_train_py_with_no_argument_runs_the_main_job():
 def test_the_query_side_gpu_variant_sweeps_beside_the_cpu_query_side_study():
     """``fine_tuning=query_side ++size.suffix=-query_side-gpu`` (bench/gpu/call_studies.sh with FINE_TUNING=query_side):
     multirun/<study>-cpu-query_side-gpu, the CPU query-side run names, another config hash."""
-    from multipos.runs.keys import config_hash
+    from multipos.runs.spec import run_key
 
     cell = ["loss=jointlh", "seed=45"]
     qs = ["fine_tuning=query_side"]
@@ -285,7 +284,7 @@ def test_the_query_side_gpu_variant_sweeps_beside_the_cpu_query_side_study():
     assert gpu_cfg.passages.candidates == cpu_cfg.passages.candidates == "group"
     plain = [compose_cfg("train", ["experiment=table4_heterogeneous", *qs, *extra, *cell, "paths.output_dir=o"])
              for extra in ([], gpu)]
-    assert config_hash(plain[0]) != config_hash(plain[1])
+    assert run_key(plain[0]) != run_key(plain[1])
 
 
 def test_make_studies_query_side_runs_each_study_after_the_ones_it_copies_from():

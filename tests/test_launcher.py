@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from multipos.hardware import cores_per_job, set_torch_threads
-from multipos.runs.keys import config_hash
+from multipos.runs.spec import run_key
 from tests.helpers import REPO, compose_cfg, tiny_overrides
 
 
@@ -45,15 +45,15 @@ def test_threads_and_launcher_leave_the_config_hash_alone(tiny_beir, tiny_bert, 
     assert parallel.threads == max(1, (os.cpu_count() or 1) // 2) and parallel.hydra.launcher.n_jobs == 2
     assert "JoblibLauncher" in parallel.hydra.launcher._target_
     same = compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path), "launcher=parallel"])
-    assert config_hash(plain) == config_hash(same)  # a study started one run at a time continues in parallel
+    assert run_key(plain) == run_key(same)  # a study started one run at a time continues in parallel
     three = compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path), "launcher=parallel",
                                   "parallel_jobs=3", "prepare_only=true"], return_hydra_config=True)
     assert three.hydra.launcher.n_jobs == 3 and three.threads == max(1, (os.cpu_count() or 1) // 3)
     three = compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path), "launcher=parallel",
                                   "parallel_jobs=3", "prepare_only=true"])
-    assert config_hash(three) == config_hash(plain)  # make train: prepared alone, then continued three at a time
+    assert run_key(three) == run_key(plain)  # make train: prepared alone, then continued three at a time
     freed = compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path), "return_freed_memory=true"])
-    assert freed.return_freed_memory is True and config_hash(freed) == config_hash(plain)  # a memory setting
+    assert freed.return_freed_memory is True and run_key(freed) == run_key(plain)  # a memory setting
 
 
 # In a fresh process: free a 16 MiB block (glibc then raises its mmap threshold to 16 MiB), allocate 1 MiB, and print

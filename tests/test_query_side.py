@@ -115,13 +115,13 @@ def test_corpus_candidates_without_the_frozen_index_fail_before_writing(tiny_bei
 
 def test_two_tower_config_hash_is_unchanged_by_the_passages_group(tiny_beir, tiny_bert, tmp_path):
     """Finished two-tower sweeps are still skipped: the default passages node is left out of the hash."""
-    from multipos.runs.keys import config_hash
+    from multipos.runs.spec import run_key
 
     base = tiny_overrides(tiny_beir, tiny_bert, tmp_path / "run")
     with_default = compose_cfg("train", base)
     without = compose_cfg("train", [*base, "~passages"])
-    assert config_hash(with_default) == config_hash(without)
-    assert config_hash(compose_cfg("train", ["passages=frozen_index", *base])) != config_hash(with_default)
+    assert run_key(with_default) == run_key(without)
+    assert run_key(compose_cfg("train", ["passages=frozen_index", *base])) != run_key(with_default)
 
 
 def test_checkpoints_leave_out_the_frozen_passage_encoder_and_a_killed_run_resumes_to_the_same_metrics(

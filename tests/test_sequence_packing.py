@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from multipos.model import DualEncoder
-from multipos.runs.keys import config_hash
+from multipos.runs.spec import run_key
 from multipos.sequence_packing import check_pack_sequences, encode_packed, pack, packing_applies, plan_rows, pool_packed
 from tests.conftest import TOPICS
 from tests.helpers import compose_cfg, tiny_overrides
@@ -179,7 +179,7 @@ def test_the_setting_names_no_run_and_bad_values_fail_before_anything_is_written
 
     base = tiny_overrides(tiny_beir, tiny_bert, tmp_path / "run")
     assert compose_cfg("train", base).pack_sequences == 128
-    assert config_hash(compose_cfg("train", [*base, "pack_sequences=null"])) == config_hash(compose_cfg("train", base))
+    assert run_key(compose_cfg("train", [*base, "pack_sequences=null"])) == run_key(compose_cfg("train", base))
     with pytest.raises(ValueError, match="pack_sequences"):
         train(compose_cfg("train", [*base, "pack_sequences=-1"]))
     assert not (tmp_path / "run").exists()

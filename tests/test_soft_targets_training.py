@@ -68,12 +68,12 @@ def test_a_grade_without_a_weight_is_refused(tiny_beir, tiny_bert, tmp_path, mon
 def test_grade_weights_change_no_hard_objectives_run_so_the_study_reuses_them():
     """experiment=soft_targets's paper-objective cells have the equivalence key of query_side_objectives's cells
     (the weights are read by soft-target objectives only); its soft cells differ from each other."""
-    from multipos.runs.keys import equivalence_key
+    from multipos.runs.spec import run_spec
 
     def key(experiment, loss, extra=()):
         cfg = compose_cfg("train", [f"experiment={experiment}", f"loss={loss}", "seed=42", "paths.output_dir=o",
                                     *extra])
-        return equivalence_key(cfg, [None])
+        return run_spec(cfg).equivalence_key()
 
     for loss in ("jointlh", "lsepair", "summarglh"):
         assert key("soft_targets", loss) == key("query_side_objectives", loss, ["recipe=top1"])

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModel
 
-from multipos.runs.keys import config_hash
+from multipos.runs.spec import run_key
 from multipos.train import train
 from multipos.weight_interpolation import interpolate_state
 from tests.helpers import compose_cfg, tiny_overrides
@@ -72,7 +72,7 @@ def test_train_py_saves_and_evaluates_the_interpolated_query_side_model(tiny_bei
     cfg_half = compose_cfg("train", [*common, "wise_ft.alpha=0.5", *tiny_overrides(tiny_beir, tiny_bert, half)])
     cfg_one = compose_cfg("train", [*common, "wise_ft.alpha=1.0", *tiny_overrides(tiny_beir, tiny_bert, half)])
     cfg_none = compose_cfg("train", [*common, *tiny_overrides(tiny_beir, tiny_bert, half)])
-    assert config_hash(cfg_one) == config_hash(cfg_none) != config_hash(cfg_half)  # alpha 1: hashes as before
+    assert run_key(cfg_one) == run_key(cfg_none) != run_key(cfg_half)  # alpha 1: hashes as before
     half_results = train(cfg_half)
     start, tuned = _weights(tiny_bert), _weights(full / "model" / "query_encoder")
     mixed = _weights(half / "model" / "query_encoder")

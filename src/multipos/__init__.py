@@ -28,8 +28,9 @@ Modules and subpackages, by concept:
   (``python -m multipos.shard_job``: sharded encoding and exact search of a corpus), ``fit`` (one training
   stage), ``atomic`` (atomic writes), ``report/`` (tables, significance, plots, the main job's summary);
 * ``runs/``: the run folder's one owner — ``folder`` (``run_info.json``, the one "finished" rule, resume
-  checkpoints), ``keys`` (config hash, equivalence key), ``reuse`` (copying a finished run that trained the same
-  model), ``lifecycle`` (opening and closing a run), ``find`` (finding runs), ``logs`` (training logs).
+  checkpoints), ``spec`` (what a run computes: its key and equivalence key), ``migrate`` (re-keying older run
+  folders), ``reuse`` (copying a finished run that trained the same model), ``lifecycle`` (opening and closing a run),
+  ``find`` (finding runs), ``logs`` (training logs).
 """
 
 from multipos.hardware import auto_precision, auto_workers, native_bf16

@@ -8,7 +8,7 @@ directory (files listed in :mod:`multipos.evaluation.runner`), plus:
 * ``checkpoints/stage<i>/`` — Lightning checkpoints per stage (the newest state ``resume-epoch=E-step=S.ckpt``
   at each epoch end and every ``callbacks.model_checkpoint.every_n_train_steps`` steps, ``last.ckpt`` a link to
   it; the best dev one) and ``kept.json`` once the stage is finished;
-* ``run_info.json`` — status (``running`` | ``prepared`` (``prepare_only``, below) | ``complete``), config hash and
+* ``run_info.json`` — status (``running`` | ``prepared`` (``prepare_only``, below) | ``complete``), run key and
   equivalence key, stages, training queries and positive labels per stage, wall time (summed over resumes), device,
   ``resumed`` and ``resumed_from`` (the checkpoints an interrupted stage continued from, the ``kept.json`` of stages
   finished before; per stage also in ``stage_records``);

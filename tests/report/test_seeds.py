@@ -135,18 +135,23 @@ def test_grouping_rules(tmp_path, seeded):
     assert row_label(group_seeds(runs)[0], "objective,G") == "jointlh,G=8"  # collect sorts: seed1/jointlh first
 
 
-def test_seeds_logged_at_other_intervals_form_one_row(tmp_path):
-    """``trainer.log_every_n_steps`` changes no result (:data:`multipos.runs.keys.HASHED_AS`): a GPU sweep's seeds
-    logged every step (before 2026-11-26) and every 10 steps (on a GPU since) are one row."""
+def test_runs_with_a_spec_are_grouped_by_it(tmp_path):
+    """Runs with ``spec.json`` are seeds of one row when their specs agree but for the seed, whatever their configs
+    say about logging; a spec field that differs makes two rows; ``init_from`` counts as the config writes it."""
     pq = {SET: {"ndcg@10": qmap([0.1, 0.2, 0.3])}}
     a = load_run(make_run(tmp_path, "a", "jointlh", pq, seed=1))
     b = load_run(make_run(tmp_path, "b", "jointlh", pq, seed=2))
+    spec = {"seed": 1, "init_from": None, "model": {"pooling": "mean"}, "stages": [{"objective": "jointlh"}]}
+    a.spec, b.spec = spec, {**spec, "seed": 2}
     a.raw_config.setdefault("trainer", {})["log_every_n_steps"] = 1
     b.raw_config.setdefault("trainer", {})["log_every_n_steps"] = 10
     assert [g.runs for g in group_seeds([a, b])] == [[a, b]]
-    assert b.raw_config["trainer"]["log_every_n_steps"] == 10  # the run's own config is left as it is
-    b.raw_config["trainer"]["max_epochs"] = 99
+    b.spec = {**b.spec, "model": {"pooling": "cls"}}
     assert len(group_seeds([a, b])) == 2
+    a.spec, b.spec = {**spec, "init_from": "m/seed=1/model"}, {**spec, "seed": 2, "init_from": "m/seed=2/model"}
+    assert len(group_seeds([a, b])) == 2
+    a.raw_config["init_from"] = b.raw_config["init_from"] = "m/seed=${seed}/model"
+    assert [g.runs for g in group_seeds([a, b])] == [[a, b]]
 
 
 def test_seeds_must_cover_the_same_queries(tmp_path):

@@ -11,7 +11,6 @@ from omegaconf import OmegaConf
 from multipos.report.render import render_sweep
 from multipos.runs.find import find_runs, sweep_runs
 from multipos.runs.folder import is_finished, prepare_run_dir, read_json, read_run_info, write_run_info
-from multipos.runs.keys import SEED_FREE_KEYS, VOLATILE_KEYS
 from multipos.runs.reuse import find_equivalent, register
 from tests.report.fakes import CONFIG, SET, qmap
 
@@ -43,12 +42,12 @@ def _folder(root, name, info=None, metrics=True, model=True):
 
 #: state → (run_info.json, metrics.json written, finished?)
 STATES = {
-    "running": ({"status": "running", "config_hash": HASH, "equivalence_key": KEY}, False, False),
-    "killed_before_its_last_write": ({"status": "running", "config_hash": HASH, "equivalence_key": KEY}, True, False),
-    "complete": ({"status": "complete", "config_hash": HASH, "equivalence_key": KEY}, True, True),
-    "reused": ({"status": "complete", "config_hash": HASH, "equivalence_key": KEY, "reused_from": "/x"}, True, True),
-    "other_config": ({"status": "complete", "config_hash": "h-other", "equivalence_key": "k-other"}, True, True),
-    "metrics_lost": ({"status": "complete", "config_hash": HASH, "equivalence_key": KEY}, False, False),
+    "running": ({"status": "running", "run_key": HASH, "equivalence_key": KEY}, False, False),
+    "killed_before_its_last_write": ({"status": "running", "run_key": HASH, "equivalence_key": KEY}, True, False),
+    "complete": ({"status": "complete", "run_key": HASH, "equivalence_key": KEY}, True, True),
+    "reused": ({"status": "complete", "run_key": HASH, "equivalence_key": KEY, "reused_from": "/x"}, True, True),
+    "other_config": ({"status": "complete", "run_key": "h-other", "equivalence_key": "k-other"}, True, True),
+    "metrics_lost": ({"status": "complete", "run_key": HASH, "equivalence_key": KEY}, False, False),
     "no_run_info": (None, True, False),
 }
 
@@ -100,12 +99,12 @@ def test_a_corrupt_run_info_counts_as_unfinished_with_a_warning(tmp_path, caplog
         read_json(d / "absent.json")
 
 
-def test_one_list_of_keys_that_do_not_change_what_a_run_computes():
-    from multipos.report.seeds import SEED_FREE_KEYS as grouped_out
-    from multipos.runs.keys import VOLATILE_KEYS as hashed_out
-
-    assert hashed_out is VOLATILE_KEYS and grouped_out is SEED_FREE_KEYS
-    assert set(SEED_FREE_KEYS) == {"seed", *VOLATILE_KEYS}
+def test_a_folder_keyed_before_specs_is_refused_with_the_migration_command(tmp_path):
+    run = tmp_path / "sweep" / "run"
+    write_run_info(run, {"status": "complete", "config_hash": "h-old"})
+    (run / "metrics.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"python -m multipos.runs.migrate .*sweep"):
+        prepare_run_dir(OmegaConf.create({"resume": True}), run, "h-new")
 
 
 def test_a_refused_configuration_leaves_the_hydra_files_of_the_run_that_is_there(tmp_path):
@@ -117,7 +116,7 @@ def test_a_refused_configuration_leaves_the_hydra_files_of_the_run_that_is_there
     (hydra / "overrides.yaml").write_text("- lr=1\n")
     cfg = OmegaConf.create({"resume": True})
     assert prepare_run_dir(cfg, run, "h-one") == ({}, False)  # accepted: its files are kept
-    write_run_info(run, {"status": "complete", "config_hash": "h-one"})
+    write_run_info(run, {"status": "complete", "run_key": "h-one"})
     (run / "metrics.json").write_text("{}")
     (hydra / "config.yaml").write_text("lr: 2\n")  # what Hydra does for the next job in this folder
     (hydra / "overrides.yaml").write_text("- lr=2\n")
@@ -130,7 +129,7 @@ def test_a_refused_configuration_leaves_the_hydra_files_of_the_run_that_is_there
 def test_without_a_kept_copy_the_refusal_says_that_hydra_replaced_the_files(tmp_path):
     run = tmp_path / "run"
     (run / ".hydra").mkdir(parents=True)
-    write_run_info(run, {"status": "complete", "config_hash": "h-one"})
+    write_run_info(run, {"status": "complete", "run_key": "h-one"})
     with pytest.raises(ValueError, match="Hydra has already replaced"):
         prepare_run_dir(OmegaConf.create({"resume": True}), run, "h-two")
 
@@ -138,9 +137,9 @@ def test_without_a_kept_copy_the_refusal_says_that_hydra_replaced_the_files(tmp_
 def test_a_study_removes_the_resume_checkpoints_of_a_finished_run(tiny_beir, tiny_bert, tmp_path):
     """``size.keep_checkpoints: false`` (conf/scale, every study): once the run is complete its ``*.ckpt`` files go,
     ``model/`` and ``kept.json`` stay, the identical command still skips the run, and the config hash is unchanged
-    (``size`` names no computation). A run that is not finished keeps them (they are what it resumes from)."""
+    (``size`` is not in the spec). A run that is not finished keeps them (they are what it resumes from)."""
     from multipos.runs.folder import remove_checkpoints
-    from multipos.runs.keys import config_hash
+    from multipos.runs.spec import run_key
     from multipos.train import train
     from tests.helpers import compose_cfg, tiny_overrides
 
@@ -151,7 +150,7 @@ def test_a_study_removes_the_resume_checkpoints_of_a_finished_run(tiny_beir, tin
     assert (out / "checkpoints" / "stage1" / "kept.json").is_file() and (out / "model").is_dir()
     assert is_finished(out)
     assert train(compose_cfg("train", overrides)) == json.loads((out / "metrics.json").read_text())  # skipped
-    assert config_hash(compose_cfg("train", overrides)) == config_hash(
+    assert run_key(compose_cfg("train", overrides)) == run_key(
         compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, out)))
     running = tmp_path / "running"
     (running / "checkpoints").mkdir(parents=True)
@@ -164,7 +163,7 @@ def test_a_run_brought_back_without_its_model_is_finished_but_never_a_reuse_sour
     """GPU sweeps travel back without checkpoints or models (experiments/sweeps/gpu-h100.tar.xz, docs/gpu.md): a
     sweep unpacked from them skips those runs and renders them, and reuse never copies one (it has no model)."""
     monkeypatch.setenv("MULTIPOS_CACHE", str(tmp_path / "cache"))
-    info = {"status": "complete", "config_hash": HASH, "equivalence_key": KEY}
+    info = {"status": "complete", "run_key": HASH, "equivalence_key": KEY}
     d = _folder(tmp_path / "archived-cpu-gpu", "brought_back", info, metrics=True, model=False)
     assert is_finished(d)
     assert prepare_run_dir(OmegaConf.create({"resume": True}), d, HASH)[1] is True  # training skips it

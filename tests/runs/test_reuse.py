@@ -10,9 +10,8 @@ import shutil
 import pytest
 
 from multipos import atomic
-from multipos.runs.keys import config_hash, equivalence_key
 from multipos.runs.reuse import adopt, find_equivalent, link_or_copy
-from multipos.stages import plan
+from multipos.runs.spec import run_key, run_spec
 from tests.helpers import compose_cfg, tiny_overrides
 
 
@@ -21,7 +20,7 @@ def _cfg(tiny_beir, tiny_bert, out, *extra):
 
 
 def _key(cfg) -> str:
-    return equivalence_key(cfg, [s.single_positive for s in plan(cfg.stages) if s.epochs > 0])
+    return run_spec(cfg).equivalence_key()
 
 
 @pytest.mark.parametrize("loss", ["singlelh", "rand1lh"])
@@ -29,21 +28,21 @@ def test_single_positive_objectives_ignore_m_and_positive_selection(tiny_beir, t
     a = _cfg(tiny_beir, tiny_bert, tmp_path / "a", f"loss={loss}", "data.max_positives=2")
     b = _cfg(tiny_beir, tiny_bert, tmp_path / "b", f"loss={loss}", "data.max_positives=3",
              "data.positive_selection=random")
-    assert config_hash(a) != config_hash(b)  # the run directories stay apart
+    assert run_key(a) != run_key(b)  # the run directories stay apart
     assert _key(a) == _key(b)
     other_g = _cfg(tiny_beir, tiny_bert, tmp_path, f"loss={loss}", "data.group_size=5")
     assert _key(a) != _key(other_g)  # G changes the groups
 
 
 def test_the_data_name_is_a_label(tiny_beir, tiny_bert, tmp_path):
-    """``data=nfcorpus_homo`` is ``data=nfcorpus data.regime=homogeneous`` under its own name: one equivalence key
-    (a study reuses the other's run), two config hashes (each run directory keeps its guard). The regime itself
-    still changes the key."""
+    """``data=nfcorpus_homo`` is ``data=nfcorpus data.regime=homogeneous`` under its own name: the name is not in
+    the spec, so one run key and one equivalence key (a study reuses the other's run). The regime itself still
+    changes the key."""
     named = _cfg(tiny_beir, tiny_bert, tmp_path, "loss=lsepair")
     plain = compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, tmp_path, "data=nfcorpus",
                                                 "data.regime=homogeneous", "seed=917", "loss=lsepair"))
     assert (named.data.name, plain.data.name) == ("nfcorpus_homo", "nfcorpus")
-    assert config_hash(named) != config_hash(plain)
+    assert run_key(named) == run_key(plain)
     assert _key(named) == _key(plain)
     assert _key(plain) != _key(compose_cfg("train", tiny_overrides(
         tiny_beir, tiny_bert, tmp_path, "data=nfcorpus", "data.regime=all", "seed=917", "loss=lsepair")))

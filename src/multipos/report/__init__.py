@@ -22,7 +22,7 @@ Modules (one concept each; everything public is re-exported here):
 Conventions (the paper's, with the choices made here):
 
 * **Seeds** — runs that differ only by ``seed`` (their ``.hydra/config.yaml`` agree on every key but
-  ``seed`` and the keys that only name or place a run, :data:`~multipos.runs.keys.SEED_FREE_KEYS`)
+  ``seed`` and the keys that only name or place a run, their specs, :mod:`multipos.report.seeds`)
   form one row. The cell shows the mean over seeds and, with two seeds or more, ``± <sample std>``
   (``ddof=1``): Markdown ``0.3210 ± 0.0012``, LaTeX ``0.3210$_{\\pm 0.0012}$``. A single-seed row shows
   its run's value exactly as before. Two runs with the same configuration and seed are an error.

@@ -42,6 +42,7 @@ class RunResult:
     references: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict, repr=False)
     overrides: list[str] = field(default_factory=list)
     raw_config: dict = field(default_factory=dict, repr=False)
+    spec: dict | None = field(default=None, repr=False)
 
     @property
     def label(self) -> str:
@@ -206,7 +207,8 @@ def load_run(run_dir: str | Path, sets: Iterable[str] | None = None, metrics: It
     Inputs: ``run_dir`` (must contain ``metrics.json``); optional ``sets`` / ``metrics`` to validate
     up front. Reads every ``per_query.<set>.json`` present, ``references.json`` if present and the
     :data:`CONFIG_KEYS` of ``.hydra/config.yaml`` (values read one by one, the config is never resolved
-    as a whole, so interpolations such as ``${model.name_or_path}`` are harmless).
+    as a whole, so interpolations such as ``${model.name_or_path}`` are harmless), and ``spec.json`` (what the run
+    computed, :class:`multipos.runs.spec.RunSpec`) if present.
 
     Raises ``FileNotFoundError`` naming the path when ``run_dir`` or its ``metrics.json`` is missing,
     or (``require_per_query``) when ``per_query.<set>.json`` is missing for a requested set;
@@ -226,8 +228,11 @@ def load_run(run_dir: str | Path, sets: Iterable[str] | None = None, metrics: It
     refs_path = run_dir / "references.json"
     refs = _nested(read_json(refs_path), refs_path, 3) if refs_path.is_file() else {}
     config, raw, overrides = _load_config(run_dir)
+    spec_path = run_dir / "spec.json"
+    spec = read_json(spec_path) if spec_path.is_file() else None
     run = RunResult(path=run_dir, name=run_dir.name, objective=_objective(config, overrides), config=config,
-                    metrics=values, per_query=per_query, references=refs, overrides=overrides, raw_config=raw)
+                    metrics=values, per_query=per_query, references=refs, overrides=overrides, raw_config=raw,
+                    spec=spec)
     metrics = list(metrics or ())
     for s in sets or ():
         if s not in values:

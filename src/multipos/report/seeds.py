@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from multipos.report.runs import RunResult
-from multipos.runs.keys import SEED_FREE_KEYS, hashed_as
 
-#: Top-level config keys that do not make two runs different rows: the seed, and keys that only name or
-#: place a run (where it writes, how the study renders it, whether it resumes).
+#: Top-level keys of a run folder's config that do not make two runs without ``spec.json`` different rows: the seed,
+#: and the keys that only name or place a run (where it writes, how the study renders it). Runs with ``spec.json``
+#: are grouped by their spec (:func:`comparable_config`).
+SEED_FREE_KEYS = ("seed", "paths", "hydra", "report", "experiment_name")
 
 
 def sort_seeds(seeds: Iterable) -> list:
@@ -40,20 +41,25 @@ def _flat(node: object, prefix: str = "") -> dict[str, object]:
 
 
 def comparable_config(run: RunResult) -> dict[str, object]:
-    """The run's raw (unresolved) config flattened to dotted keys, without :data:`SEED_FREE_KEYS` and with the
-    settings that do not change a run at their hashed value (:data:`multipos.runs.keys.HASHED_AS`)."""
-    raw = {k: v for k, v in run.raw_config.items() if k not in SEED_FREE_KEYS}
-    return _flat(hashed_as(copy.deepcopy(raw)))
+    """What tells the run's row: its spec (``spec.json``) without the seed, flattened to dotted keys, with
+    ``init_from`` as the config writes it (``.../seed=${seed}/model``: each seed starts from its own seed's model);
+    for a run without a spec, its raw (unresolved) config without :data:`SEED_FREE_KEYS`."""
+    if run.spec is not None:
+        spec = {k: v for k, v in copy.deepcopy(run.spec).items() if k != "seed"}
+        if run.raw_config.get("init_from") is not None:
+            spec["init_from"] = run.raw_config["init_from"]
+        return _flat(spec)
+    return _flat({k: v for k, v in run.raw_config.items() if k not in SEED_FREE_KEYS})
 
 
 def config_difference(a: RunResult, b: RunResult) -> list[str]:
-    """Dotted config keys whose (unresolved) values differ between ``a`` and ``b`` (seed-free keys left out)."""
+    """Dotted keys whose values differ between ``a`` and ``b`` (:func:`comparable_config`)."""
     fa, fb = comparable_config(a), comparable_config(b)
     return sorted(k for k in fa.keys() | fb.keys() if fa.get(k, ...) != fb.get(k, ...))
 
 
 def _group_key(run: RunResult) -> str:
-    if not run.raw_config:  # no .hydra/config.yaml: nothing tells which runs are seeds of one another
+    if not run.raw_config and run.spec is None:  # nothing tells which runs are seeds of one another
         return "path:" + str(run.path.resolve())
     return json.dumps(comparable_config(run), sort_keys=True, default=str)
 
@@ -161,8 +167,9 @@ class SeedGroup:
 def group_seeds(runs: Iterable[RunResult]) -> list[SeedGroup]:
     """Group ``runs`` that differ only by seed into :class:`SeedGroup` rows, in order of first appearance.
 
-    Two runs are seeds of one row when their raw (unresolved) ``.hydra/config.yaml`` agree on every key
-    except :data:`SEED_FREE_KEYS`; a run without a Hydra config is its own row. Raises ``ValueError``
+    Two runs are seeds of one row when their specs (``spec.json``) agree on everything but the seed, or, for runs
+    without one, their raw (unresolved) ``.hydra/config.yaml`` agree on every key except :data:`SEED_FREE_KEYS`; a
+    run with neither is its own row. Raises ``ValueError``
     naming both directories when two runs of one row have the same seed (a duplicate run).
     """
     groups: dict[str, list[RunResult]] = {}

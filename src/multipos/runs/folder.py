@@ -1,7 +1,7 @@
 """The run folder: what a run directory holds, and the one rule for when it counts as finished.
 
 A run directory (``hydra.run.dir``, or one cell of a study's sweep folder) holds ``.hydra/`` (the composed config),
-``run_info.json`` (status ``running`` | ``prepared`` | ``complete``, config hash, equivalence key, stages, wall time,
+``run_info.json`` (status ``running`` | ``prepared`` | ``complete``, run key, equivalence key, stages, wall time,
 device, ``resumed_from``), ``metrics.json`` and the result files of :func:`multipos.evaluation.runner.write_results`,
 ``model/``, ``checkpoints/`` and the Lightning CSV logs. This module is the only reader and writer of
 ``run_info.json`` and the only place that decides **finished** (:func:`is_finished`): ``run_info.json`` says
@@ -107,9 +107,11 @@ def is_finished(run_dir: str | Path, key: str | None = None) -> bool:
 
 
 def prepare_run_dir(cfg, out: Path, digest: str, writer: bool = True) -> tuple[dict, bool]:
-    """Check the run directory against this configuration (hash ``digest``) → (previous run_info, finished).
+    """Check the run directory against this run (its key ``digest``, :meth:`multipos.runs.spec.RunSpec.key`) →
+    (previous run_info, finished).
 
-    Raises ValueError when the folder holds a run of another configuration and ``resume`` is on: nothing is
+    Raises ValueError when the folder holds a run with another key, or one keyed before run keys were specs
+    (:mod:`multipos.runs.migrate` re-keys it), and ``resume`` is on: nothing is
     overwritten, and the ``.hydra/`` files Hydra already replaced before the job started are put back
     (:func:`restore_hydra_files`). An accepted folder keeps a copy of them
     (:func:`keep_hydra_files`). With ``resume=false`` earlier checkpoints and CSV logs are
@@ -122,13 +124,18 @@ def prepare_run_dir(cfg, out: Path, digest: str, writer: bool = True) -> tuple[d
             shutil.rmtree(out / "csv", ignore_errors=True)  # the CSV logger appends to a resumed run's log
             keep_hydra_files(out)
         return {}, False
-    if info and info.get("config_hash") != digest:
+    if info and info.get("run_key") != digest:
         restored = restore_hydra_files(out) if writer else True  # Hydra wrote this job's .hydra/ already
-        raise ValueError(f"{out} holds a run of another configuration (config hash {info.get('config_hash')} != "
-                         f"{digest}); use another hydra.run.dir, or resume=false to train it again from scratch"
-                         + ("" if restored else f" (Hydra has already replaced {out / '.hydra'} with this job's "
-                            "configuration and the folder keeps no copy of its own: run_info.json and metrics.json "
-                            "describe the run that is there)"))
+        if "run_key" not in info:
+            reason = (f"{out} holds a run keyed before run keys were specs: re-key it with `python -m "
+                      f"multipos.runs.migrate {out.parent}`")
+        else:
+            reason = (f"{out} holds a run of another configuration (run key {info['run_key']} != {digest}; its "
+                      f"spec.json says what it computed); use another hydra.run.dir, or resume=false to train it "
+                      "again from scratch")
+        raise ValueError(reason + ("" if restored else f" (Hydra has already replaced {out / '.hydra'} with this "
+                                   "job's configuration and the folder keeps no copy of its own: run_info.json and "
+                                   "metrics.json describe the run that is there)"))
     if writer:
         keep_hydra_files(out)
     return info, is_finished(out)

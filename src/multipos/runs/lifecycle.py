@@ -10,9 +10,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from multipos import atomic
 from multipos.runs.folder import METRICS, prepare_run_dir, read_json, remove_checkpoints, write_run_info
-from multipos.runs.keys import config_hash, equivalence_key
 from multipos.runs.reuse import adopt, find_equivalent, register
+from multipos.runs.spec import SPEC_FILE, SPEC_VERSION, run_spec
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,7 @@ __all__ = ["RunStart", "open_run", "close_run"]
 class RunStart:
     """What :func:`open_run` found in a run directory.
 
-    ``info``: the ``run_info.json`` of this run so far (status ``running``, config hash, equivalence key,
+    ``info``: the ``run_info.json`` of this run so far (status ``running``, run key, equivalence key, spec version,
     experiment, seed, device, ``wall_s`` summed over earlier attempts, stages, ``resumed``); ``metrics``: the run's
     results when it needs no training (finished here before, or copied from an equivalent run), else None;
     ``done``: nothing is left to do in this process (``metrics`` is None on the non-writing ranks of a reused run).
@@ -38,16 +39,20 @@ def open_run(cfg: DictConfig, out: Path, stages: list, writer: bool, device: str
     """Decide what a run directory needs before anything trains: skip a finished run, copy an equivalent one, or
     train (fresh or resumed).
 
-    ``stages``: the :class:`multipos.stages.Stage` plan (their ``single_positive`` enters :func:`equivalence_key`);
-    ``writer``: this process writes files (global rank 0); ``device``: the run's device description;
+    The run's :class:`multipos.runs.spec.RunSpec` is written to ``spec.json``; its key guards the folder and its
+    equivalence key finds runs to copy. ``stages``: the :class:`multipos.stages.Stage` plan; ``writer``: this
+    process writes files (global rank 0); ``device``: the run's device description;
     ``started``: ``time.time()`` when the job started (the wall time of a copied run).
     Raises ValueError (from :func:`multipos.runs.folder.prepare_run_dir`) when ``out`` holds a run of another
     configuration.
     """
-    digest = config_hash(cfg)
-    key = equivalence_key(cfg, [s.single_positive for s in stages if s.epochs > 0])
+    spec = run_spec(cfg)
+    digest, key = spec.key(), spec.equivalence_key()
     previous, finished = prepare_run_dir(cfg, out, digest, writer=writer)
-    info = {"status": "running", "config_hash": digest, "equivalence_key": key,
+    if writer:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic.write_json(out / SPEC_FILE, spec.to_dict())
+    info = {"status": "running", "run_key": digest, "equivalence_key": key, "spec_version": SPEC_VERSION,
             "experiment": cfg.get("experiment_name"), "seed": int(cfg.seed), "device": device,
             "wall_s": float(previous.get("wall_s", 0.0)), "stages": [s.describe() for s in stages],
             "resumed": bool(previous)}

@@ -1,7 +1,7 @@
 """Reusing a finished run that computed the same thing.
 
 With ``reuse_equivalent: true`` (every study in ``conf/experiment/`` sets it; ``conf/train.yaml`` leaves it off)
-a run that finds a finished run with its equivalence key (:func:`multipos.runs.keys.equivalence_key`) in the
+a run that finds a finished run with its equivalence key (:meth:`multipos.runs.spec.RunSpec.equivalence_key`) in the
 index (``<cache>/runs/<key>.json``, written when a run finishes or a finished run is skipped) copies that run's
 results and model into its own directory instead of training (:func:`adopt`), and its ``run_info.json`` names
 the source (``reused_from``). The report counts such runs apart (:func:`multipos.report.render.provenance`).

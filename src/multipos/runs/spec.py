@@ -1,0 +1,216 @@
+"""What a run computes, as an explicit, versioned spec (:class:`RunSpec`); the hash of the spec identifies the run.
+
+A spec holds the values that decide the trained model and its evaluation, read from the composed config by name
+(:func:`run_spec`): the seed, the starting weights, the encoder, the training data and its groups, the objective,
+the optimisation, the stage plan, the passage side, the evaluation sets and their search, and WiSE-FT. Everything
+else is simply not in it: where a run writes, how it is logged, named or rendered, how many threads, workers or
+processes run it, how texts are batched for speed (``pack_sequences``, encoding batch sizes, GradCache chunks),
+and which module a class lives in (a ``_target_`` enters as its class name).
+
+* :meth:`RunSpec.key` — the run's key: it guards a run folder (a folder holding a run with another key is
+  refused, :func:`multipos.runs.folder.prepare_run_dir`), and a finished run with the same key is skipped.
+* :meth:`RunSpec.equivalence_key` — the key of what the run trains and evaluates, without the fields its stages
+  ignore: single-positive objectives (SingleLH, Rand1LH) put one positive in every group whatever M and the
+  positive selection are, and only soft-target objectives read target weights. Runs in different folders that
+  share it are reused (:mod:`multipos.runs.reuse`).
+
+The seeds of one report row are runs whose specs agree but for the seed (:func:`multipos.report.seeds.group_seeds`).
+
+Adding a setting that changes what runs compute means adding it here, with the value that computes what earlier
+runs computed as its default, and raising :data:`SPEC_VERSION`; ``python -m multipos.runs.migrate <sweep dir>``
+then re-keys finished runs from their own ``.hydra/config.yaml``. A setting that changes nothing is not added.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+from omegaconf import DictConfig, OmegaConf
+
+from multipos.losses import SOFT_OBJECTIVES
+from multipos.stages import DEFAULTS as STAGE_DEFAULTS
+from multipos.stages import plan
+
+__all__ = ["SPEC_VERSION", "SPEC_FILE", "RunSpec", "run_spec", "run_key", "spec_from_plain", "digest"]
+
+#: Version of the spec's layout: raised whenever a field is added, removed or renamed.
+SPEC_VERSION = 1
+#: The file a run folder keeps its spec in (written when the run opens).
+SPEC_FILE = "spec.json"
+
+#: ``model`` fields that change the encoder's outputs.
+MODEL_FIELDS = ("name_or_path", "pooling", "normalize", "temperature", "shared", "query_max_length",
+                "passage_max_length", "attention_dropout", "hidden_dropout", "lora", "query_prompt", "passage_prompt")
+#: ``data`` fields that change the training groups (``data.source`` enters whole).
+DATA_FIELDS = ("tokenizer", "regime", "group_size", "max_positives", "positive_selection", "negative_selection",
+               "batch_size", "query_max_length", "passage_max_length", "budget")
+#: ``data`` fields that a stage with a single-positive objective does not read.
+IGNORED_BY_SINGLE_POSITIVE = ("max_positives", "positive_selection")
+#: ``data.source`` fields that only soft-target objectives read.
+READ_BY_SOFT_TARGETS = ("grade_weights", "teacher_scores", "teacher_model")
+#: ``trainer`` fields that change the optimisation (the accelerator: its kernels round differently).
+TRAINER_FIELDS = ("accelerator", "precision", "max_epochs", "max_steps", "gradient_clip_val", "gradient_clip_algorithm",
+                  "accumulate_grad_batches", "limit_train_batches", "devices", "num_nodes", "deterministic")
+#: ``eval`` fields that change the evaluation's numbers (the sets enter whole).
+EVAL_FIELDS = ("k", "bf16", "passage_max_length", "index", "references", "average")
+#: ``eval.faiss`` fields that change an approximate search's results.
+FAISS_FIELDS = ("hnsw_m", "ef_search", "nlist", "nprobe")
+
+
+def _plain(node: Any) -> Any:
+    """A resolved config node as plain Python, every ``_target_`` replaced by its class name (``kind``), every
+    ``_partial_`` dropped (where a class lives is not what it computes), and every field that is null (an optional
+    feature left off, as when the field did not exist) or an empty mapping left out."""
+    if isinstance(node, Mapping):
+        out = {}
+        for k, v in node.items():
+            if k == "_partial_" or v is None:
+                continue
+            if k == "_target_":
+                out["kind"] = str(v).rsplit(".", 1)[-1]
+            elif (value := _plain(v)) != {}:
+                out[k] = value
+        return out
+    if isinstance(node, (list, tuple)):
+        return [_plain(v) for v in node]
+    return node
+
+
+def _pick(node: Mapping | None, fields: tuple[str, ...]) -> dict:
+    """The ``fields`` that ``node`` has, in that order, through :func:`_plain` (absent and null fields are left out:
+    their default computes)."""
+    return _plain({f: (node or {})[f] for f in fields if f in (node or {})})
+
+
+def digest(value: Any) -> str:
+    """16 hex digits of sha1 over ``value`` as sorted JSON."""
+    return hashlib.sha1(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What one run computes (see the module docstring). Every section is plain JSON data.
+
+    ``stages``: each training stage's fields (:class:`multipos.stages.Stage`) with those at their default left out;
+    ``passages``: ``None`` for two-tower training, else the frozen index's settings; ``wise_ft``: ``None`` when no
+    interpolation happens (alpha 1).
+    """
+
+    seed: int
+    init_from: str | None
+    model: dict
+    data: dict
+    objective: dict
+    optimization: dict
+    stages: list[dict]
+    passages: dict | None
+    evaluation: dict
+    wise_ft: dict | None = None
+    version: int = field(default=SPEC_VERSION)
+
+    def to_dict(self) -> dict:
+        """The spec as plain JSON data (what ``spec.json`` holds)."""
+        return asdict(self)
+
+    def key(self) -> str:
+        """The run's key: :func:`digest` of the whole spec."""
+        return digest(self.to_dict())
+
+    def equivalence_key(self) -> str:
+        """The key of what the run trains and evaluates: without :data:`IGNORED_BY_SINGLE_POSITIVE` when every stage
+        that trains is single-positive (or none trains: nothing builds a group), and without
+        :data:`READ_BY_SOFT_TARGETS` when no stage's objective is a soft-target one."""
+        plain = self.to_dict()
+        training = [s for s in plain["stages"] if s.get("epochs", 0) > 0]
+        if all(s.get("single_positive") is not None for s in training):
+            for name in IGNORED_BY_SINGLE_POSITIVE:
+                plain["data"].pop(name, None)
+        if not any(s.get("objective") in SOFT_OBJECTIVES for s in plain["stages"]):
+            for name in READ_BY_SOFT_TARGETS:
+                plain["data"].get("source", {}).pop(name, None)
+        return digest(plain)
+
+
+def _stages(stages: Mapping | None, evaluate_only: bool) -> list[dict]:
+    """The stage plan as spec sections (:func:`multipos.stages.plan`), fields at their default left out."""
+    out = []
+    for stage in plan(stages or {}, evaluate_only=evaluate_only):
+        described = stage.describe()
+        out.append({k: v for k, v in described.items() if not (k in STAGE_DEFAULTS and v == STAGE_DEFAULTS[k])})
+    return out
+
+
+def _evaluation(eval_cfg: Mapping | None) -> dict:
+    eval_cfg = eval_cfg or {}
+    out = _pick(eval_cfg, EVAL_FIELDS)
+    out["faiss"] = _pick(eval_cfg.get("faiss"), FAISS_FIELDS)
+    out["validation"] = _plain(eval_cfg.get("validation"))
+    out["test_sets"] = _plain(eval_cfg.get("test_sets"))
+    return out
+
+
+def _callbacks(callbacks: Mapping | None, refresh: bool) -> dict:
+    """The callbacks that change the kept model: dev validation (which epoch is kept) and, when the data refreshes
+    its negatives, the refresh's search."""
+    callbacks = callbacks or {}
+    out = {}
+    if callbacks.get("retrieval_validation"):
+        out["validation"] = _pick(callbacks["retrieval_validation"], ("metric", "every_n_epochs"))
+    if callbacks.get("model_checkpoint"):
+        out["checkpoint"] = _pick(callbacks["model_checkpoint"], ("mode", "save_top_k"))
+    if refresh and callbacks.get("negative_refresh"):
+        out["negative_refresh"] = _pick(callbacks["negative_refresh"], ("bf16", "index"))
+    return out
+
+
+def spec_from_plain(plain: Mapping) -> RunSpec:
+    """:class:`RunSpec` of a resolved config given as nested plain dicts (a run folder's ``.hydra/config.yaml``
+    resolved, or :func:`run_spec`'s). Raises KeyError naming ``seed`` when the config has none."""
+    data = plain.get("data") or {}
+    source = _plain(data.get("source") or {})
+    module = plain.get("module") or {}
+    wise_ft = plain.get("wise_ft") or {}
+    passages = plain.get("passages") or {}
+    optimization = {
+        "optimizer": _plain(module.get("optimizer")),
+        "scheduler": _plain(module.get("scheduler")),
+        "warmup_ratio": module.get("warmup_ratio"),
+        "trainer": _pick(plain.get("trainer"), TRAINER_FIELDS),
+        "callbacks": _callbacks(plain.get("callbacks"), bool(source.get("negative_refresh_epochs"))),
+    }
+    optimization["optimizer"].pop("fused", None)  # one kernel instead of several, the same update
+    return RunSpec(
+        seed=plain["seed"],
+        init_from=plain.get("init_from"),
+        model=_pick(plain.get("model"), MODEL_FIELDS),
+        data={**_pick(data, DATA_FIELDS), "source": source},
+        objective={k: v for k, v in _plain(plain.get("loss") or {}).items() if k != "kind"},
+        optimization=optimization,
+        stages=_stages(plain.get("stages"), evaluate_only=bool(plain.get("init_from"))),
+        passages=({"candidates": passages.get("candidates"),
+                   "index": _pick(passages.get("index"), ("max_length", "bf16", "dtype"))}
+                  if passages.get("frozen") else None),
+        evaluation=_evaluation(plain.get("eval")),
+        wise_ft=_plain(wise_ft) if wise_ft.get("alpha", 1.0) != 1.0 else None,
+    )
+
+
+#: Top-level config sections a spec reads (only these are resolved).
+READ_SECTIONS = ("seed", "init_from", "model", "data", "loss", "module", "trainer", "callbacks", "stages", "passages",
+                 "eval", "wise_ft")
+
+
+def run_spec(cfg: DictConfig) -> RunSpec:
+    """:class:`RunSpec` of a composed config: its :data:`READ_SECTIONS` resolved, then :func:`spec_from_plain`.
+    Raises what resolving raises (an interpolation that does not resolve names its key)."""
+    plain = {name: OmegaConf.to_container(cfg[name], resolve=True) if OmegaConf.is_config(cfg[name]) else cfg[name]
+             for name in READ_SECTIONS if name in cfg}
+    return spec_from_plain(plain)
+
+
+def run_key(cfg: DictConfig) -> str:
+    """The key of the run a composed config describes: ``run_spec(cfg).key()``."""
+    return run_spec(cfg).key()

@@ -1,0 +1,83 @@
+"""The archived sweeps (experiments/sweeps/*.tar.xz) after ``python -m multipos.runs.migrate``: every run is re-keyed,
+every cell is found finished by today's configs (its run key is the key of the config its overrides compose now),
+and the tables rendered from them are the committed ones, byte for byte.
+
+The two smallest archives run in the default suite; the others are marked ``slow`` (``make test-slow``)."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from multipos.report.render import main as render
+from multipos.runs import migrate
+from multipos.runs.spec import run_spec
+from tests.helpers import compose_cfg
+
+ROOT = Path(__file__).resolve().parents[2]
+SWEEPS = ROOT / "experiments" / "sweeps"
+RESULTS = ROOT / "experiments" / "results"
+
+#: Committed results rendered from archived sweeps by ``python -m multipos.report.render <sweep>`` alone: (archives
+#: extracted together, sweep folder, result stems).
+RENDERED = [
+    (["cpu-query_side_objectives-2026-11-27"], "query_side_objectives-cpu", ["query_side_objectives"]),
+    (["cpu-two_tower-2026-11-27"], "two_tower-cpu", ["two_tower"]),
+    (["cpu-two_tower-2026-11-27"], "two_tower_objectives-cpu", ["two_tower_objectives"]),
+    (["cpu-two_tower_search-2026-11-27"], "two_tower_recipe_search-cpu", ["two_tower_recipe_search"]),
+    (["cpu-query_side-2026-11-25"], "table5_curriculum-cpu-query_side", ["table5_curriculum_query_side"]),
+    (["cpu-query_side-2026-11-25"], "table6_lsepair_variants-cpu-query_side", ["table6_lsepair_variants_query_side"]),
+    (["cpu-query_side-2026-11-25"], "table7_budget-cpu-query_side", ["table7_budget_query_side"]),
+    (["cpu-query_side-2026-11-25"], "table9_recontriever-cpu-query_side", ["table9_recontriever_query_side"]),
+    *[(["gpu-h100"], f"{name}-cpu-gpu", [f"{name}_gpu"]) for name in (
+        "table2_homogeneous", "table3_ood", "table4_heterogeneous", "table5_curriculum", "table6_lsepair_variants",
+        "table8_first_vs_random_m", "table9_recontriever")],
+]
+FAST = {"cpu-two_tower_wise_ft-2026-11-27", "cpu-query_side_objectives-2026-11-27"}
+
+
+def _extract(names: list[str], into: Path) -> Path:
+    """Extract the archives ``names`` into ``into`` (result files only: no TREC runs, logs or CSV logs)."""
+    for name in names:
+        with tarfile.open(SWEEPS / f"{name}.tar.xz") as tar:
+            members = [m for m in tar.getmembers() if not m.name.endswith((".trec", "train.log", "metrics.csv"))]
+            tar.extractall(into, members=members, filter="data")
+    return into
+
+
+def _marks(names: list[str]):
+    return [] if set(names) <= FAST else [pytest.mark.slow]
+
+
+@pytest.mark.parametrize("name", [pytest.param(p.name[:-len(".tar.xz")], marks=_marks([p.name[:-len(".tar.xz")]]))
+                                  for p in sorted(SWEEPS.glob("*.tar.xz"))])
+def test_every_archived_run_is_rekeyed_and_found_finished_by_todays_configs(name, tmp_path):
+    root = _extract([name], tmp_path)
+    done, left = migrate.migrate([root])
+    assert done and not left
+    for folder in done:
+        info = json.loads((folder / "run_info.json").read_text())
+        assert info["run_key"] and info["spec_version"] and (folder / "spec.json").is_file()
+        overrides = list(OmegaConf.load(migrate._config_file(folder).parent / "overrides.yaml"))
+        cfg = compose_cfg("train", overrides)
+        keys = set()
+        for machine in migrate.MACHINES:  # the machine that ran it: CPU fp32, bf16, or a GPU
+            with migrate._resolving_as(machine, folder):
+                keys.add(run_spec(cfg).key())
+        assert info["run_key"] in keys, f"{folder}: today's configs compute another run"
+
+
+@pytest.mark.parametrize(("names", "sweep", "stems"), [
+    pytest.param(names, sweep, stems, marks=_marks(names), id=sweep) for names, sweep, stems in RENDERED])
+def test_rendered_tables_of_a_migrated_archive_are_the_committed_ones(names, sweep, stems, tmp_path):
+    root = _extract(names, tmp_path / "sweeps")
+    assert not migrate.migrate([root])[1]
+    out = tmp_path / "results"
+    render([str(root / sweep), "--out", str(out)])
+    for stem in stems:
+        for suffix in (".md", ".tex"):
+            assert (out / f"{stem}{suffix}").read_text() == (RESULTS / f"{stem}{suffix}").read_text(), stem + suffix
