@@ -10,12 +10,13 @@ order) at ``bench_speed.py``'s GPU batch size, B=64 (the study's is 32), made by
 
 * ``receive_s_groups`` / ``receive_s_no_groups``: seconds of the loader's ``next()`` with the groups in the batch (the
   judged passages of each query: what data-parallel training and ``candidates=corpus`` need) and without them
-  (:meth:`multipos.module.RetrieverModule.needs_batch_groups` False, the default in one process since 2026-11-27),
+  (:meth:`multipos.training.module.RetrieverModule.needs_batch_groups` False, the default in one process since
+  2026-11-27),
   ``--wait-ms`` (default 30: a step on the device) after the last batch, the two loaders taking turns;
   ``receive_groups_vs_no_groups`` their ratio (> 1: leaving the groups behind is faster);
 * ``stage_s_torch`` / ``stage_s_one_thread``: seconds to copy one received batch's token tensors and masks into
   staging memory, ``--wait-ms`` after the last copy, with PyTorch's copy (``Tensor.pin_memory`` on CUDA; elsewhere
-  ``clone``, the same parallel copy kernel) and with :func:`multipos.transfer.pinned` (elsewhere its copy into
+  ``clone``, the same parallel copy kernel) and with :func:`multipos.model.transfer.pinned` (elsewhere its copy into
   ordinary memory), taking turns; median and 90th percentile; ``stage_torch_vs_one_thread`` the ratio of medians
   (> 1: the one-thread copy is faster). PyTorch's copy of a batch-sized tensor is split over its intra-op threads,
   which sleep while the main process waits; waking one can cost far more than the copy (2-core AMD EPYC, 2026-11-27:
@@ -80,7 +81,7 @@ def main() -> None:
     ap.add_argument("--wait-ms", type=float, default=30.0)
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
-    from multipos.transfer import _copy_into, pinned
+    from multipos.model.transfer import _copy_into, pinned
 
     cuda = torch.cuda.is_available()
     if cuda:

@@ -37,7 +37,7 @@ def missing() -> list[str]:
     out = []
     if not (REPO / "conf" / "trainer" / "ddp.yaml").is_file():
         out.append("conf/trainer/ddp.yaml (trainer=ddp)")
-    from multipos.module import RetrieverModule
+    from multipos.training.module import RetrieverModule
 
     if "grad_cache_chunk_size" not in inspect.signature(RetrieverModule).parameters:
         out.append("RetrieverModule(grad_cache_chunk_size=...) (module.grad_cache_chunk_size)")
@@ -75,7 +75,7 @@ def worker(args) -> None:
     from sides import StepTimer, data_module, multipos_model
 
     from multipos.losses import ContrastiveLoss
-    from multipos.module import RetrieverModule
+    from multipos.training.module import RetrieverModule
 
     device = pick_device()
     data = bench_data()

@@ -1,9 +1,10 @@
-"""Cost of the gradient diagnostics (:mod:`multipos.diagnostics`) against one training step on the same batch.
+"""Cost of the gradient diagnostics (:mod:`multipos.training.diagnostics`) against one training step on the same batch.
 
 ``python bench/bench_diagnostics.py [--queries 8 --group 4 --passage-tokens 64]`` (quick size by default) builds one
 batch of B queries × G passages (M = G/2 positives each, every other column a negative) for all-MiniLM-L6-v2 (from
 the assets), times a training step (forward, LSEPair, backward, AdamW; fp32) and the callback's computation
-(:func:`~multipos.diagnostics.batch_diagnostics` for the trained objective plus JointLH / SumMargLH, autograd on
+(:func:`~multipos.training.diagnostics.batch_diagnostics` for the trained objective plus JointLH / SumMargLH, autograd
+on
 the score matrix only), each the median of ``--repeat`` runs, and appends one line with machine info and date to
 ``bench/results/diagnostics.txt``. The diagnostics of a paper-size score matrix (128 × 1024) are timed too.
 """
@@ -49,9 +50,9 @@ def main(argv=None) -> str:
     p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args(argv)
 
-    from multipos.diagnostics import DEFAULT_OBJECTIVES, batch_diagnostics
     from multipos.losses import ContrastiveLoss
-    from multipos.model import DualEncoder
+    from multipos.model.encoder import DualEncoder
+    from multipos.training.diagnostics import DEFAULT_OBJECTIVES, batch_diagnostics
 
     model = DualEncoder(args.model, pooling="mean", normalize=True, temperature=0.05, attention_dropout=0.0)
     model.train()

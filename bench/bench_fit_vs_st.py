@@ -2,7 +2,7 @@
 
 * ``multipos``: ``lightning.Trainer.fit`` as ``conf/trainer/default.yaml`` builds it (precision where native,
   clipping 1.0, logging every step on a CPU, every 10 on a GPU: :func:`multipos.hardware.auto_log_interval`) of a
-  :class:`multipos.module.RetrieverModule` (SingleLH = InfoNCE over the
+  :class:`multipos.training.module.RetrieverModule` (SingleLH = InfoNCE over the
   in-batch groups) on :class:`multipos.data.datamodule.MultiPosDataModule` (tokenisation in DataLoader workers on
   a GPU: :func:`multipos.hardware.auto_workers`);
 * ``sentence_transformers``: ``SentenceTransformerTrainer`` with ``MultipleNegativesRankingLoss`` (scale 20 = 1/τ)
@@ -66,7 +66,7 @@ def multipos_fit(data, device, batch: int, group: int, steps: int, phases: Phase
 
     from multipos.config_resolvers import register_resolvers
     from multipos.losses import ContrastiveLoss
-    from multipos.module import RetrieverModule
+    from multipos.training.module import RetrieverModule
 
     register_resolvers()  # conf/trainer/default.yaml reads ${auto_precision:}
     dm = data_module(data, batch, group, 32, 128)

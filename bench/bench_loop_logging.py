@@ -1,5 +1,5 @@
 """The Lightning loop's host cost over a bare PyTorch loop, with the module calling ``self.log`` at every step
-against only on the steps a logger writes (:meth:`multipos.module.RetrieverModule._logs_this_step`, since
+against only on the steps a logger writes (:meth:`multipos.training.module.RetrieverModule._logs_this_step`, since
 2026-11-26).
 
 A GPU step hides none of the host's per-step work when the loop is timed step by step, so what Lightning adds to each

@@ -5,11 +5,12 @@ Two measurements, each on the device the script finds (meant for a GPU: ``make b
 * ``two_tower``: a randomly initialised BERT-base (the paper's encoder shape, 110M parameters, CLS pooling, dot
   product; weights cannot travel to an offline machine, and timing does not depend on them) trained with
   SingleLH at B=64 × G=8, 16-token queries and 128-token passages, bf16 autocast where native: the multipos step
-  (:class:`multipos.module.RetrieverModule`) and sentence-transformers' MultipleNegativesRankingLoss step on the
+  (:class:`multipos.training.module.RetrieverModule`) and sentence-transformers' MultipleNegativesRankingLoss step on
+  the
   same texts, taking turns on every batch. Reports queries/s and the hours one epoch of 400,000 MS MARCO training
   queries would take at that rate (step only: data loading runs in DataLoader workers on a GPU).
 * ``query_side_corpus``: query-side training with every corpus passage a candidate
-  (``passages.candidates=corpus``, :func:`multipos.corpus_candidates.corpus_scores`) against a synthetic
+  (``passages.candidates=corpus``, :func:`multipos.training.corpus_candidates.corpus_scores`) against a synthetic
   8,841,823 × 768 bf16 index (MS MARCO's passage count and BERT-base's width, random unit vectors: 13.6 GB),
   BERT-base query encoder, B=128 queries of 32 tokens, JointLH with 4 positives: step time and peak GPU memory.
 
@@ -50,9 +51,9 @@ def two_tower(data, folder: str, device, bf16: bool, rounds: int, res: dict, B: 
     from sides import _finish, data_module, st_columns, st_model, st_step
 
     from multipos.losses import ContrastiveLoss
-    from multipos.model import DualEncoder
-    from multipos.module import RetrieverModule
+    from multipos.model.encoder import DualEncoder
     from multipos.retrieval.encoding import autocast_context
+    from multipos.training.module import RetrieverModule
 
     G = 8
     dm = data_module(data, B, G, 16, 128)
@@ -97,10 +98,10 @@ def two_tower(data, folder: str, device, bf16: bool, rounds: int, res: dict, B: 
 
 
 def query_side(folder: str, device, bf16: bool, n: int, rounds: int, data, res: dict) -> None:
-    from multipos.corpus_candidates import CorpusTargets, corpus_scores
     from multipos.losses import compute
-    from multipos.model import DualEncoder
+    from multipos.model.encoder import DualEncoder
     from multipos.retrieval.encoding import autocast_context
+    from multipos.training.corpus_candidates import CorpusTargets, corpus_scores
 
     B, P, H, chunk = 128, 4, 768, 65536
     if device.type == "cuda":

@@ -5,7 +5,8 @@ Each worker process trains the query encoder of all-MiniLM-L6-v2 over a frozen i
 word-embedding gradients, fused AdamW, fp32 or ``--bf16`` autocast) for ``--steps`` timed steps after two untimed
 ones, and prints its seconds per step. ``--step study``: a query-side study run's step (``fine_tuning=query_side``:
 B=16 queries of up to 32 tokens, G=8 passages looked up per query, JointLH); ``--step main``: ``make train``'s step
-(B=64, every corpus passage a candidate, JointLH, in chunks; :mod:`multipos.corpus_candidates`). Each round runs the
+(B=64, every corpus passage a candidate, JointLH, in chunks; :mod:`multipos.training.corpus_candidates`). Each round
+runs the
 arrangements one after the other (one process with ``--threads`` threads; then, for each k of ``--side-by-side``, k
 one-thread processes at once), so drift in machine load falls on all of them; the result is the median over rounds
 of the ratio of steps per second. Target: ≥ 1.2 for two (the parallel launcher is worth its extra memory). CPU only:
@@ -38,10 +39,10 @@ def worker(steps: int, threads: int, kind: str = "study", bf16: bool = False) ->
     from bench_query_side import group_lookup_loss, lookup_groups
     from common import bench_setup
 
-    from multipos.corpus_candidates import corpus_scores, corpus_targets
-    from multipos.embedding_gradients import RowSparseEmbeddingGrads
     from multipos.losses import compute
-    from multipos.model import DualEncoder
+    from multipos.model.encoder import DualEncoder
+    from multipos.training.corpus_candidates import corpus_scores, corpus_targets
+    from multipos.training.embedding_gradients import RowSparseEmbeddingGrads
 
     device, _, data = bench_setup()
     ids = list(data.passages)

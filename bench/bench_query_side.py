@@ -6,12 +6,12 @@ each a forward, backward and AdamW step of all-MiniLM-L6-v2 (bf16 autocast where
 * ``two_tower``: queries and passages encoded, both encoders trained (``passages=trained``);
 * ``query_side_group``: queries encoded, passages looked up in a frozen index [N, H] (``passages=frozen_index``);
 * ``query_side_corpus``: queries scored against every corpus passage, exact, in chunks
-  (``passages.candidates=corpus``, :mod:`multipos.corpus_candidates`).
+  (``passages.candidates=corpus``, :mod:`multipos.training.corpus_candidates`).
 
-Then sequence packing (``pack_sequences=128``, :mod:`multipos.sequence_packing`) against one padded batch, both
+Then sequence packing (``pack_sequences=128``, :mod:`multipos.model.packing`) against one padded batch, both
 encoders in training mode without dropout: ``query_side_group`` on batches of 16 queries (the query-side studies')
 and ``query_side_corpus`` on batches of 64 (the main job's), ``--pack-batches``: ``packing_speedup_<side>_b<B>``.
-Then row-sparse word-embedding gradients (:mod:`multipos.embedding_gradients`) against the dense backward, both
+Then row-sparse word-embedding gradients (:mod:`multipos.training.embedding_gradients`) against the dense backward, both
 packed, with gradient clipping, on the group batches: ``embedding_grad_speedup_group_b<B>``.
 
 The index holds random unit vectors of the corpus's shape (timing does not depend on its values; encoding it is a
@@ -74,11 +74,11 @@ def main() -> None:
     args = ap.parse_args()
     device, bf16, data = bench_setup()
     bf16 = bf16 and not args.fp32
-    from multipos.corpus_candidates import corpus_scores, corpus_targets
     from multipos.data.groups import group_masks
     from multipos.losses import compute
-    from multipos.model import DualEncoder
+    from multipos.model.encoder import DualEncoder
     from multipos.retrieval.encoding import autocast_context
+    from multipos.training.corpus_candidates import corpus_scores, corpus_targets
 
     B, G = args.batch, args.group
     ids = list(data.passages)
@@ -157,9 +157,10 @@ def main() -> None:
         res[f"s_per_step_{name}_b{nb}_packed"] = round(tp["packed"], 4)
         res[f"packing_speedup_{name}_b{nb}"] = round(tp["padded"] / tp["packed"], 2)
 
-    # row-sparse word-embedding gradients (multipos.embedding_gradients, applied by CPU training) against the dense
+    # row-sparse word-embedding gradients (multipos.training.embedding_gradients, applied by CPU training) against the
+    # dense
     # backward: packed batches of the query-side studies' size, gradient clipping as training does
-    from multipos.embedding_gradients import RowSparseEmbeddingGrads
+    from multipos.training.embedding_gradients import RowSparseEmbeddingGrads
 
     dense, sparse = train_mode(128), train_mode(128)
     RowSparseEmbeddingGrads([sparse[0].query_encoder])

@@ -156,8 +156,8 @@ def bench_data() -> BenchData:
     """all-MiniLM-L6-v2 and NFCorpus (train queries with their first judged passage) from ``$MULTIPOS_ASSETS``
     (default ``../shared/assets``), or a tiny random model and texts when they are missing."""
     from multipos.assets import assets_dir
-    from multipos.data.beir import read_corpus, read_queries
-    from multipos.data.trec import read_qrels
+    from multipos.formats.beir import read_corpus, read_queries
+    from multipos.formats.trec import read_qrels
 
     root = assets_dir()
     model, data = root / "models" / "all-MiniLM-L6-v2", root / "data" / "nfcorpus"

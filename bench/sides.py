@@ -1,7 +1,7 @@
 """The contenders of the speed benchmark, each a ``step(batch)`` on the same :class:`multipos.data.collate.Batch`
 objects:
 
-* ``multipos``: :class:`multipos.module.RetrieverModule` (DualEncoder, mean pooling, L2, τ = 0.05, SingleLH)
+* ``multipos``: :class:`multipos.training.module.RetrieverModule` (DualEncoder, mean pooling, L2, τ = 0.05, SingleLH)
   forward, loss, backward, gradient clipping at 1.0, AdamW step — what Lightning runs in each training step;
 * ``bare``: the same computation written directly against ``transformers.AutoModel`` and
   ``F.cross_entropy`` (InfoNCE over the B·G in-batch passages, target column i·G);
@@ -37,7 +37,7 @@ class MemorySource:
 
     def load(self):
         from multipos.data.groups import TrainQuery
-        from multipos.types import Corpus, Passage
+        from multipos.formats.types import Corpus, Passage
 
         corpus = Corpus({p: Passage(p, "", t) for p, t in self.data.passages.items()})
         rng, ids = random.Random(self.seed), list(self.data.passages)
@@ -62,7 +62,7 @@ def data_module(data: BenchData, batch_size: int, group_size: int, query_len: in
 
 def multipos_model(data: BenchData, attention_dropout: float = 0.0):
     """The dual encoder as ``model=minilm`` builds it (attention dropout 0 by default)."""
-    from multipos.model import DualEncoder
+    from multipos.model.encoder import DualEncoder
 
     return DualEncoder(data.model, pooling="mean", normalize=True, temperature=TAU, query_max_length=32,
                        passage_max_length=512, attention_dropout=attention_dropout)
@@ -77,7 +77,7 @@ def _finish(loss, params, opt) -> None:
 
 def multipos_step(data: BenchData, device, bf16: bool, attention_dropout: float = 0.0):
     from multipos.losses import ContrastiveLoss
-    from multipos.module import RetrieverModule
+    from multipos.training.module import RetrieverModule
 
     module = RetrieverModule(multipos_model(data, attention_dropout).to(device), ContrastiveLoss("singlelh"),
                              scheduler=None).train()
@@ -200,7 +200,8 @@ class StepTimer(L.Callback):
 
 
 class _UnloggedModule:
-    """Mixed into :class:`multipos.module.RetrieverModule` by :func:`lightning_loop` with ``log_steps=False``: its
+    """Mixed into :class:`multipos.training.module.RetrieverModule` by :func:`lightning_loop` with ``log_steps=False``:
+    its
     ``self.log`` calls (``train/lr`` and ``train/loss``, two on each step whose values a logger writes or the bar
     shows) do nothing."""
 
@@ -209,7 +210,8 @@ class _UnloggedModule:
 
 
 class _EveryStepLoggedModule:
-    """Mixed into :class:`multipos.module.RetrieverModule` by :func:`lightning_loop` with ``log_every_step=True``: it
+    """Mixed into :class:`multipos.training.module.RetrieverModule` by :func:`lightning_loop` with
+    ``log_every_step=True``: it
     calls ``self.log`` at every step, as it did before 2026-11-26, whichever steps a logger writes."""
 
     def _logs_this_step(self) -> bool:
@@ -226,7 +228,8 @@ def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = Tr
                    gaps: list | None = None, sharing: str | None = None, pin_memory: bool = False) -> list[float]:
     """``Trainer.fit`` of a RetrieverModule for ``steps`` + 1 steps with the trainer a user runs on ``device``
     (``trainer=gpu`` on CUDA: bf16, clipping 1.0, logging to a CSV logger and refreshing the progress bar
-    (:func:`multipos.fit.progress_bar`) every 10 steps; ``trainer=default`` elsewhere: every step) → seconds of each
+    (:func:`multipos.training.fit.progress_bar`) every 10 steps; ``trainer=default`` elsewhere: every step) → seconds
+    of each
     step after the first.
 
     ``dm``: the data module (the whole loop: DataLoader workers, collation, transfer, the step, logging), or a list of
@@ -248,9 +251,9 @@ def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = Tr
     from lightning.pytorch.loggers import CSVLogger
 
     from multipos.config_resolvers import register_resolvers
-    from multipos.fit import progress_bar
     from multipos.losses import ContrastiveLoss
-    from multipos.module import RetrieverModule
+    from multipos.training.fit import progress_bar
+    from multipos.training.module import RetrieverModule
 
     register_resolvers()  # conf/trainer/default.yaml reads ${auto_precision:}
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):

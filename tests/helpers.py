@@ -63,7 +63,7 @@ def tiny_overrides(tiny_beir: Path, tiny_bert: Path, out: Path, *extra: str) -> 
 def preempt_in_stage_two(monkeypatch):
     """Make training raise ``RuntimeError("preempted in stage 2")`` at global step 2 of a SingleLH stage (the
     curriculum's gold stage), as a preempted job would → the real ``RetrieverModule.training_step``, to set back."""
-    from multipos.module import RetrieverModule
+    from multipos.training.module import RetrieverModule
 
     real_step = RetrieverModule.training_step
 

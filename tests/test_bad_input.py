@@ -15,14 +15,14 @@ from types import SimpleNamespace
 import pytest
 
 from multipos.assets import AssetNotFoundError
-from multipos.data.beir import load_beir, read_corpus, read_queries
 from multipos.data.budget import apply_budget
 from multipos.data.datamodule import MultiPosDataModule
 from multipos.data.groups import GroupBuilder, TrainQuery
 from multipos.data.sources import BeirGradedSource, TevatronSource
-from multipos.data.tevatron import parse_tevatron, read_tevatron
-from multipos.data.trec import read_qrels, read_run
-from multipos.types import DataFormatError
+from multipos.formats.beir import load_beir, read_corpus, read_queries
+from multipos.formats.tevatron import parse_tevatron, read_tevatron
+from multipos.formats.trec import read_qrels, read_run
+from multipos.formats.types import DataFormatError
 from tests.helpers import compose_cfg, tiny_overrides
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tevatron_train.jsonl"
@@ -287,7 +287,7 @@ def test_a_missing_local_path_is_named_and_never_looked_up_or_downloaded(tmp_pat
     (lambda d: (d / "multipos_encoder.json").write_text('{"pooling": '), "multipos_encoder.json: not valid JSON"),
 ])
 def test_checkpoint_dir_that_is_not_a_model(tiny_bert, tmp_path, damage, needle):
-    from multipos.model import DualEncoder
+    from multipos.model.encoder import DualEncoder
 
     ckpt = Path(shutil.copytree(tiny_bert, tmp_path / "ckpt"))
     damage(ckpt)
@@ -297,7 +297,7 @@ def test_checkpoint_dir_that_is_not_a_model(tiny_bert, tmp_path, damage, needle)
 
 
 def test_untied_checkpoint_without_passage_encoder_and_missing_path(tiny_bert, tmp_path):
-    from multipos.model import DualEncoder
+    from multipos.model.encoder import DualEncoder
 
     model = DualEncoder(str(tiny_bert), shared=False)
     model.save_pretrained(tmp_path / "untied")
@@ -311,7 +311,7 @@ def test_untied_checkpoint_without_passage_encoder_and_missing_path(tiny_bert, t
 def test_tokenizer_larger_than_the_embedding_matrix(tiny_bert, tmp_path):
     from transformers import BertTokenizerFast
 
-    from multipos.model import DualEncoder
+    from multipos.model.encoder import DualEncoder
 
     ckpt = Path(shutil.copytree(tiny_bert, tmp_path / "ckpt"))
     vocab = (ckpt / "vocab.txt").read_text().split() + [f"extra{i}" for i in range(50)]
@@ -347,7 +347,7 @@ def test_unknown_config_group_choice_lists_the_allowed_ones(override, listed):
 
 def test_unknown_objective_or_regime_name_lists_the_allowed_ones(tiny_beir, tiny_bert):
     from multipos.losses import check_name
-    from multipos.stages import plan
+    from multipos.training.stages import plan
 
     allowed = r"allowed: jointlh, jointlh_weighted, kl, lsepair"
     with pytest.raises(ValueError, match=r"unknown objective 'nope' \(loss.name\); " + allowed):

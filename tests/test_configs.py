@@ -11,7 +11,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from multipos.stages import plan
+from multipos.training.stages import plan
 from tests.helpers import CONF, compose_cfg
 
 GROUPS = sorted(p.name for p in Path(CONF).iterdir() if p.is_dir() and p.name not in ("hydra", "experiment"))

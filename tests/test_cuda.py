@@ -9,7 +9,7 @@ never needs a GPU). Issue "The GPU path, proven on a GPU", item 1:
   is captured and restored per chunk), for every objective;
 * the exact full-corpus reduction (``passages.candidates=corpus``) on CUDA, bf16 index, equals the unchunked
   [B, N] computation, masks built on the scores' device;
-* :func:`multipos.transfer.pinned` stages every dtype in page-locked memory and ``to_device`` copies it exactly;
+* :func:`multipos.model.transfer.pinned` stages every dtype in page-locked memory and ``to_device`` copies it exactly;
 * ``train.py``'s job end to end with ``trainer=gpu`` (bf16-mixed): two-tower with dense hard negatives, and
   query-side with every corpus passage a candidate and GradCache — finite metrics, CUDA recorded in run_info.
 
@@ -26,14 +26,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from multipos.corpus_candidates import corpus_scores, corpus_targets, full_corpus_scores
-from multipos.grad_cache import chunks, grad_cache_step
 from multipos.losses import OBJECTIVES, SINGLE_POSITIVE, ContrastiveLoss, compute
-from multipos.module import RetrieverModule
 from multipos.retrieval.encoding import encode
 from multipos.train import train
+from multipos.training.corpus_candidates import corpus_scores, corpus_targets, full_corpus_scores
+from multipos.training.grad_cache import chunks, grad_cache_step
+from multipos.training.module import RetrieverModule
 from tests.helpers import compose_cfg, tiny_overrides
-from tests.test_distributed import make_batch, make_groups, tiny_encoder
+from tests.training.test_distributed import make_batch, make_groups, tiny_encoder
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 CUDA = torch.device("cuda")
@@ -75,7 +75,7 @@ def test_objectives_on_autocast_scores_equal_float64(name, dtype):
 
 
 def test_encoding_on_cuda_matches_cpu_fp32_and_auto_moves_the_model(tiny_bert):
-    from multipos.model import DualEncoder
+    from multipos.model.encoder import DualEncoder
 
     texts = [f"statin {'cholesterol ' * (i % 7)} heart {i}" for i in range(50)]
     cpu_model = DualEncoder(str(tiny_bert), pooling="mean", normalize=True)
@@ -206,7 +206,8 @@ def test_training_steps_make_the_host_wait_for_the_gpu_nowhere_in_multipos(tiny_
 
 def test_between_logging_steps_the_whole_loop_makes_the_host_wait_nowhere(tiny_beir, tiny_bert, tmp_path, monkeypatch):
     """``torch.cuda.set_sync_debug_mode("warn")`` over a whole ``trainer=gpu`` ``fit``, progress bar on
-    (:func:`multipos.fit.progress_bar`), logging every 1000 steps: no synchronising CUDA call from Lightning's or
+    (:func:`multipos.training.fit.progress_bar`), logging every 1000 steps: no synchronising CUDA call from Lightning's
+    or
     multipos's code in a step that is neither the first (the loss masks' row check) nor an epoch's last (dev
     retrieval, checkpoints, the bar's epoch summary). Before 2026-11-26 every step read ``train/loss`` back
     (``prog_bar=True``: Lightning converts it at every step). tests/test_host_sync.py does the same on the CPU."""
@@ -274,9 +275,10 @@ def test_a_loader_with_pin_memory_yields_pinned_batches_that_move_to_the_gpu_unc
 
 
 def test_pinned_stages_each_dtype_in_page_locked_memory_and_to_device_copies_it_exactly():
-    """:func:`multipos.transfer.pinned` (NumPy's copy for the dtypes NumPy holds, ``Tensor.pin_memory`` for bfloat16)
-    and :func:`multipos.transfer.to_device` on a real pinned allocator."""
-    from multipos.transfer import pinned, to_device
+    """:func:`multipos.model.transfer.pinned` (NumPy's copy for the dtypes NumPy holds, ``Tensor.pin_memory`` for
+    bfloat16)
+    and :func:`multipos.model.transfer.to_device` on a real pinned allocator."""
+    from multipos.model.transfer import pinned, to_device
 
     for t in (torch.arange(24).reshape(4, 6), torch.arange(24).reshape(4, 6).T, torch.rand(3, 4) > 0.5,
               torch.randn(3, 4).to(torch.bfloat16), torch.arange(12, dtype=torch.int32)[::3]):

@@ -10,7 +10,8 @@ does not.
 On the CPU, :class:`HostReads` records every tensor method that reads values back to the host and is called from the
 multipos package itself, and the tiny training jobs check that none happens in a training step after the first (the
 first one checks the loss masks' rows, by design). The copies to the device are checked on a GPU, in
-``tests/test_cuda.py`` (``torch.cuda.set_sync_debug_mode``); here :func:`multipos.transfer.to_device` is checked to be a
+``tests/test_cuda.py`` (``torch.cuda.set_sync_debug_mode``); here :func:`multipos.model.transfer.to_device` is checked
+to be a
 plain copy on the CPU.
 """
 
@@ -26,11 +27,11 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 import multipos
-from multipos.corpus_candidates import _chunk_mask
 from multipos.losses import ContrastiveLoss
-from multipos.module import RetrieverModule
+from multipos.model.transfer import to_device
 from multipos.train import train
-from multipos.transfer import to_device
+from multipos.training.corpus_candidates import _chunk_mask
+from multipos.training.module import RetrieverModule
 from tests.helpers import compose_cfg, tiny_overrides, training_device_type
 
 PACKAGE = str(Path(multipos.__file__).resolve().parent)
@@ -56,7 +57,8 @@ class HostReads(TorchFunctionMode):
     H200 suite of 2026-11-27 found one in every corpus chunk); a slice with a scalar is a fill and is not recorded.
     Only calls on a tensor of ``device_type`` (default: the suite's training device,
     :func:`tests.helpers.training_device_type`) count: where the jobs train on CUDA, a NumPy view of a host tensor
-    (the staging of a batch into pinned memory, :mod:`multipos.transfer`) reads nothing from the device. Calls from
+    (the staging of a batch into pinned memory, :mod:`multipos.model.transfer`) reads nothing from the device. Calls
+    from
     anywhere else (PyTorch, transformers, this test) are not recorded."""
 
     def __init__(self, roots: tuple[str, ...] = (PACKAGE,), device_type: str | None = None):
@@ -122,7 +124,7 @@ def test_corpus_chunk_mask_writes_a_device_value_not_a_host_scalar():
 
 
 def test_host_reads_records_a_scalar_put_at_tensor_indices_and_only_calls_on_the_training_device():
-    from multipos import transfer
+    from multipos.model import transfer
 
     mask, rows = torch.zeros(3, 4, dtype=torch.bool), torch.tensor([0, 2])
     with HostReads(roots=(str(Path(__file__).resolve()),), device_type="cpu") as rec:
@@ -198,7 +200,8 @@ class StepTag(lightning.Callback):
 ], ids=["every_step", "two_tower", "two_tower_grad_cache", "query_side_corpus"])
 def test_between_logging_steps_the_loop_reads_nothing_back(tiny_beir, tiny_bert, tmp_path, monkeypatch, log_every,
                                                            extra):
-    """The whole Lightning loop, progress bar included (:func:`multipos.fit.progress_bar`), reads the loss back from
+    """The whole Lightning loop, progress bar included (:func:`multipos.training.fit.progress_bar`), reads the loss
+    back from
     the device only when it logs (``trainer.log_every_n_steps``; every 10 steps where a CUDA GPU is) and at an
     epoch's end: in the two-tower loop, with GradCache (Lightning's manual optimisation) and in query-side training
     over every corpus passage. Logging every step reads at every step (what a GPU run did before 2026-11-26);

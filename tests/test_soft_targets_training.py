@@ -8,9 +8,9 @@ import json
 import pytest
 import torch
 
-from multipos import module as module_mod
 from multipos.data.groups import Group, group_targets
 from multipos.train import train
+from multipos.training import module as module_mod
 from tests.helpers import compose_cfg, tiny_overrides
 
 GRADED = ["data.source.qrels_file=qrels-graded/train.s-3.qrel", "data.regime=all",
@@ -86,7 +86,7 @@ def test_grade_weights_change_no_hard_objectives_run_so_the_study_reuses_them():
                          ids=["margin_mse-two_tower", "kl-corpus"])
 def test_a_teacher_score_file_trains_the_soft_objectives(tiny_beir, tiny_bert, tmp_path, monkeypatch, loss, extra):
     """A TREC run over every training pair of the tiny data (a stand-in teacher: a score per topic word overlap)."""
-    from multipos.data.trec import read_qrels
+    from multipos.formats.trec import read_qrels
 
     monkeypatch.setenv("MULTIPOS_CACHE", str(tmp_path / "cache"))
     qrels = read_qrels(tiny_beir / "qrels-graded" / "train.s-3.qrel")

@@ -4,7 +4,7 @@
 # step vs sentence-transformers MNRL, Lightning loop vs bare step, encode vs sentence-transformers, objective share)
 # and bench_fit_vs_st.py (whole fit vs SentenceTransformerTrainer.train). Results -> $OUT/main.tar.gz.
 # Then bench_batch_receive.py (since 2026-11-27: receiving a batch from 4 DataLoader workers with and without its
-# groups, pinning it with PyTorch's copy and with multipos.transfer.pinned; about 30 s expected, not measured).
+# groups, pinning it with PyTorch's copy and with multipos.model.transfer.pinned; about 30 s expected, not measured).
 # Time limits: TRAIN_S (0 skips the main job), SPEED_S (0 skips bench_speed.py), RECEIVE_S (0 skips
 # bench_batch_receive.py), FIT_S (0 skips bench_fit_vs_st.py) (seconds); SPEED_ARGS replaces bench_speed.py's options
 # (default --skip ddp). Each 0 is tested before `timeout`, for which 0 means no limit at all (H8, 2026-11-27:

@@ -10,10 +10,10 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from multipos.assets import cache_dir
-from multipos.data.trec import read_run
 from multipos.evaluation.runner import Evaluation, score_set
 from multipos.evaluation.sets import EvalSet
-from multipos.weight_interpolation import interpolate_toward_start
+from multipos.formats.trec import read_run
+from multipos.model.interpolation import interpolate_toward_start
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def evaluate(cfg: DictConfig) -> dict:
 
 def load_model(cfg: DictConfig):
     """``cfg.model`` instantiated, then interpolated toward ``wise_ft.start`` when ``wise_ft.alpha`` < 1
-    (:func:`multipos.weight_interpolation.interpolate_toward_start`). Raises ValueError when ``wise_ft.alpha`` < 1
+    (:func:`multipos.model.interpolation.interpolate_toward_start`). Raises ValueError when ``wise_ft.alpha`` < 1
     without ``wise_ft.start`` (the starting checkpoint cannot be guessed from a fine-tuned folder)."""
     model = instantiate(cfg.model)
     wise = cfg.get("wise_ft") or {}

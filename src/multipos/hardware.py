@@ -52,7 +52,8 @@ def auto_workers() -> int:
 
 def auto_log_interval() -> int:
     """Training steps between two logs of the loss (``trainer.log_every_n_steps``): 10 where a CUDA GPU is present, else
-    1. Each log, and each refresh of the progress bar (:func:`multipos.fit.progress_bar`), reads the loss back from the
+    1. Each log, and each refresh of the progress bar (:func:`multipos.training.fit.progress_bar`), reads the loss back
+    from the
     training device; on a GPU that makes the host wait until the step has finished, so between logs the host prepares
     the next step while the GPU still runs the last one. On a CPU a read costs nothing and every step is logged."""
     import torch

@@ -274,7 +274,7 @@ SINGLE_POSITIVE: dict[str, str] = {"singlelh": "first", "rand1lh": "random"}
 
 
 #: Objectives that see the negatives only through the highest negative score (max_n s_n). Every other objective
-#: sees them only through a log-sum-exp over D− (or over D+ ∪ D−): :mod:`multipos.corpus_candidates` relies on
+#: sees them only through a log-sum-exp over D− (or over D+ ∪ D−): :mod:`multipos.training.corpus_candidates` relies on
 #: this to replace a whole corpus of negatives by one exact summary column.
 HARDEST_NEGATIVE: frozenset[str] = frozenset({"lsepair_maxn", "lsepair_minp_maxn"})
 
@@ -388,7 +388,7 @@ class ContrastiveLoss(nn.Module):
     this module scores, so that a misconfigured training stage fails at its first step. Later batches skip that
     check: it reads values back to the host, which on an accelerator would make the host wait for the device in the
     middle of every step. The masks of later batches are built by the same code
-    (:func:`multipos.data.groups.group_masks`, :func:`multipos.corpus_candidates.corpus_scores`).
+    (:func:`multipos.data.groups.group_masks`, :func:`multipos.training.corpus_candidates.corpus_scores`).
 
     Which positive a single-positive objective trains on is not asked of this module: the
     training-stage plan reads :data:`SINGLE_POSITIVE`.

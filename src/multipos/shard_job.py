@@ -56,9 +56,9 @@ def main(argv: list[str] | None = None) -> Path | None:
     import torch.distributed as dist
 
     from multipos.assets import resolve_dataset
-    from multipos.data.beir import load_beir
-    from multipos.data.trec import write_run
-    from multipos.model import DualEncoder
+    from multipos.formats.beir import load_beir
+    from multipos.formats.trec import write_run
+    from multipos.model.encoder import DualEncoder
     from multipos.retrieval.encoding import encode, native_bf16
     from multipos.retrieval.shards import DTYPES, ShardedEmbeddings, distributed_search, encode_shards
 

@@ -1,4 +1,4 @@
-"""The main job: train a dual encoder through its stages (:mod:`multipos.stages`), then evaluate it.
+"""The main job: train a dual encoder through its stages (:mod:`multipos.training.stages`), then evaluate it.
 
 ``python train.py loss=<objective> data=<regime config> model=<encoder>`` or ``python train.py -m
 experiment=<study>`` (Hydra entry point at the repository root) calls :func:`train`. Outputs in the run
@@ -25,7 +25,8 @@ all seeds side by side, one core's share each (``launcher=parallel``), none of t
 
 Re-running the identical command into the same run directory (``hydra.run.dir``, or a study's fixed sweep folder)
 resumes: a finished run is skipped, finished stages are not re-trained, and an interrupted stage continues from its
-newest checkpoint (:func:`multipos.fit.newest_checkpoint`) — optimizer, schedule, RNG and data order included. With
+newest checkpoint (:func:`multipos.training.fit.newest_checkpoint`) — optimizer, schedule, RNG and data order included.
+With
 ``reuse_equivalent=true`` (set by every study) a run whose model and evaluation a finished run elsewhere already
 computed copies that run's results instead of training (:mod:`multipos.runs.reuse`).
 """
@@ -43,18 +44,18 @@ from omegaconf import DictConfig, OmegaConf
 
 from multipos import atomic
 from multipos.assets import cache_dir
-from multipos.distributed import check_launch, device_description, is_rank_zero, trainer_world_size
 from multipos.evaluation.runner import Evaluation
-from multipos.fit import run_stage
 from multipos.hardware import return_freed_memory, set_torch_threads
-from multipos.loggers import log_final_metrics
-from multipos.passage_index import check_settings as check_passages
-from multipos.passage_index import for_training as frozen_passage_index
+from multipos.model.interpolation import interpolate_toward_start
+from multipos.model.packing import check_pack_sequences
 from multipos.runs.folder import write_run_info
-from multipos.runs.lifecycle import close_run, open_run
-from multipos.sequence_packing import check_pack_sequences
-from multipos.stages import plan, schedule_spans
-from multipos.weight_interpolation import interpolate_toward_start
+from multipos.runs.lifecycle import close_run, open_run, write_spec
+from multipos.training.distributed import check_launch, device_description, is_rank_zero, trainer_world_size
+from multipos.training.fit import run_stage
+from multipos.training.loggers import log_final_metrics
+from multipos.training.passage_index import check_settings as check_passages
+from multipos.training.passage_index import for_training as frozen_passage_index
+from multipos.training.stages import plan, schedule_spans
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,7 @@ def train(cfg: DictConfig) -> dict | None:
     out.mkdir(parents=True, exist_ok=True)
     info = run.info
     if zero:
+        write_spec(out, run.spec)
         write_run_info(out, info)
 
     refs = {}

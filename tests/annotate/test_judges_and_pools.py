@@ -7,7 +7,7 @@ import pytest
 from multipos.annotate.cache import CallCache
 from multipos.annotate.candidates import pool_candidates
 from multipos.annotate.stages import parse_grade
-from multipos.types import Corpus, Passage
+from multipos.formats.types import Corpus, Passage
 
 
 @pytest.fixture(scope="module")

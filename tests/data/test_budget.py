@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from multipos.data.beir import read_queries
 from multipos.data.budget import apply_budget
 from multipos.data.groups import TrainQuery
-from multipos.data.trec import read_qrels
+from multipos.formats.beir import read_queries
+from multipos.formats.trec import read_qrels
 from tests.helpers import compose_cfg
 
 CELLS = [(1, 1.0), (2, 0.5), (3, 1 / 3), (4, 0.25)]

@@ -129,7 +129,7 @@ def test_worker_init_keeps_file_descriptors_where_file_names_fail(monkeypatch, c
 
 def test_a_loader_with_pin_memory_pins_every_tensor_of_each_batch(tiny_beir, tiny_bert, monkeypatch):
     """``MultiPosDataModule.pin_memory``: the DataLoader's pin-memory thread calls :meth:`Batch.pin_memory`, which
-    pins every token tensor and both masks (:func:`multipos.transfer.pinned`) and keeps the rest (a stand-in for
+    pins every token tensor and both masks (:func:`multipos.model.transfer.pinned`) and keeps the rest (a stand-in for
     ``pinned`` here: pinning needs an accelerator; tests/test_cuda.py pins for real)."""
     from torch.utils.data._utils.pin_memory import pin_memory
 
@@ -152,7 +152,8 @@ def test_a_loader_with_pin_memory_pins_every_tensor_of_each_batch(tiny_beir, tin
 
 @pytest.mark.parametrize("needs", [None, False, True], ids=["no_answer", "not_needed", "needed"])
 def test_batches_carry_their_groups_unless_the_trainer_s_module_needs_none(tiny_beir, tiny_bert, needs):
-    """``needs_batch_groups()`` of the trainer's module (:meth:`multipos.module.RetrieverModule.needs_batch_groups`):
+    """``needs_batch_groups()`` of the trainer's module
+    (:meth:`multipos.training.module.RetrieverModule.needs_batch_groups`):
     False leaves the groups in the worker; a module that does not answer, or no trainer, keeps them. Everything
     else in the batch is the same."""
     dm = _datamodule(tiny_beir, tiny_bert)

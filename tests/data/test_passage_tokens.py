@@ -12,7 +12,7 @@ from multipos.data import MultiPosDataModule
 from multipos.data.collate import GroupCollator
 from multipos.data.passage_tokens import PassageTokens
 from multipos.data.sources import BeirGradedSource
-from multipos.types import Passage
+from multipos.formats.types import Passage
 
 
 def _datamodule(tiny_beir, tiny_bert, **kw) -> MultiPosDataModule:
@@ -133,7 +133,7 @@ def test_no_store_when_it_would_tokenise_more_than_an_epoch_collates_on_this_ran
 
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_padding_on_the_tokenizers_side_and_an_appended_eos_as_decoder_embedders_tokenise(tiny_beir, tiny_bert, side):
-    from multipos.tokenization import ensure_eos
+    from multipos.model.tokenization import ensure_eos
 
     dm = _datamodule(tiny_beir, tiny_bert)
     tok = AutoTokenizer.from_pretrained(str(tiny_bert))
@@ -202,8 +202,8 @@ def test_a_two_tower_run_with_the_store_trains_the_weights_of_one_without(tiny_b
 
 def test_a_batch_carries_only_the_inputs_the_encoders_read(tiny_beir, tiny_bert):
     """The tokenizer also returns ``token_type_ids``; a batch leaves them out, from the store or from the texts (each
-    tensor costs a transfer from the DataLoader worker and a copy to the GPU: multipos.model.ENCODER_INPUTS)."""
-    from multipos.model import ENCODER_INPUTS
+    tensor costs a transfer from the DataLoader worker and a copy to the GPU: multipos.model.encoder.ENCODER_INPUTS)."""
+    from multipos.model.encoder import ENCODER_INPUTS
 
     dm = _datamodule(tiny_beir, tiny_bert)
     groups = [dm.dataset[(0, 0)], dm.dataset[(1, 0)]]

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from multipos.data.beir import read_corpus, read_queries
 from multipos.data.sources import BeirGradedSource, teacher_order
-from multipos.model import DualEncoder
+from multipos.formats.beir import read_corpus, read_queries
+from multipos.model.encoder import DualEncoder
 from multipos.retrieval.encoding import encode
 
 

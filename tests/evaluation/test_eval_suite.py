@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from hydra.utils import instantiate
 
-from multipos.data.beir import load_beir
-from multipos.data.trec import read_qrels, read_run
 from multipos.evaluation.metrics import evaluate_run
 from multipos.evaluation.runner import add_average
 from multipos.evaluation.sets import EvalSet, beir_sets
-from multipos.types import DataFormatError
+from multipos.formats.beir import load_beir
+from multipos.formats.trec import read_qrels, read_run
+from multipos.formats.types import DataFormatError
 from tests.helpers import CONF, compose_cfg
 
 #: the eval files, and one eval choice per benchmark file (multipos.config_resolvers.register_eval_sets)
@@ -271,7 +271,7 @@ def test_qa_set_rejects_qrels_metrics():
 def test_retrieval_validation_rejects_a_metric_the_dev_set_does_not_compute(tiny_beir):
     """Checked when the callback is built: under DDP rank 0 alone retrieves, and an error there mid-training
     would leave the other ranks waiting in the broadcast."""
-    from multipos.callbacks import RetrievalValidation
+    from multipos.training.callbacks import RetrievalValidation
 
     es = EvalSet("dev", str(tiny_beir), split="test", metrics=["ndcg@10", "recall@100"])
     with pytest.raises(ValueError, match=r"'mrr@10' \(callbacks.retrieval_validation.metric\) is not among dev's"):

@@ -47,7 +47,7 @@ def test_faiss_search_is_exact_inner_product():
 
 
 def test_dense_run_on_tiny_beir(tiny_beir, tiny_bert):
-    from multipos.model import DualEncoder
+    from multipos.model.encoder import DualEncoder
 
     data = EvalSet("tiny", str(tiny_beir), split="test").load()
     model = DualEncoder(str(tiny_bert), pooling="mean", normalize=True)
@@ -107,7 +107,7 @@ def test_reference_rows_are_computed_once_per_process_for_the_same_model_and_set
                                                                                 monkeypatch):
     import multipos.evaluation.runner as runner
     from multipos.evaluation.runner import Evaluation
-    from multipos.model import DualEncoder
+    from multipos.model.encoder import DualEncoder
 
     monkeypatch.setattr(runner, "_REFERENCE_MEMO", {})
     monkeypatch.setenv("MULTIPOS_CACHE", str(tmp_path / "cache"))  # nothing stored by other tests
@@ -145,7 +145,7 @@ def test_reference_rows_stored_in_the_cache_serve_another_process_until_a_set_fi
 
     import multipos.evaluation.runner as runner
     from multipos.evaluation.runner import Evaluation
-    from multipos.model import DualEncoder
+    from multipos.model.encoder import DualEncoder
 
     monkeypatch.setenv("MULTIPOS_CACHE", str(tmp_path / "cache"))
     folder = tmp_path / "set"

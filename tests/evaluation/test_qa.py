@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 import regex
 
-from multipos.data.dpr import QAPair, iter_dpr_passages, read_dpr_passages, read_dpr_qa
 from multipos.evaluation import qa as qa_mod
 from multipos.evaluation.qa import (
     answer_accuracy,
@@ -26,7 +25,8 @@ from multipos.evaluation.qa import (
     simple_tokenize,
     top_passages,
 )
-from multipos.types import Corpus, DataFormatError, Passage
+from multipos.formats.dpr import QAPair, iter_dpr_passages, read_dpr_passages, read_dpr_qa
+from multipos.formats.types import Corpus, DataFormatError, Passage
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "dpr"
 PSGS = FIX / "psgs_w100.tsv"

@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
+from multipos.formats.types import DataFormatError
 from multipos.own_data.prepare import length_for, positive_tiers, prepare
-from multipos.types import DataFormatError
 
 
 def _beir_copy(tiny_beir, tmp_path, drop_dev=False, binary=False):

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from multipos import loggers, report
+from multipos import report
 from multipos.report import collect, load_run, main, plot_ratio_ablation, ratio_ablation_figure, ratio_ablation_points
+from multipos.training import loggers
 from tests.report.fakes import CONFIG, SET  # the same fake .hydra/config.yaml layout
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from multipos.formats.types import Corpus, Passage
 from multipos.retrieval.bm25 import BM25
-from multipos.types import Corpus, Passage
 
 
 def test_search_runs_bm25s_top_k_in_numpy_not_jax(monkeypatch):
@@ -38,7 +38,7 @@ def test_bm25s_is_imported_without_jax(tmp_path):
     script = ("import sys\n"
               "if sys.argv[1] == 'first': import jax\n"
               "from multipos.retrieval.bm25 import BM25\n"
-              "from multipos.types import Corpus, Passage\n"
+              "from multipos.formats.types import Corpus, Passage\n"
               "bm25 = BM25(Corpus({'a': Passage('a', '', 'statin heart')}), progress=False)\n"
               "import bm25s.selection\n"
               "print(bm25s.selection.JAX_IS_AVAILABLE, 'jax' in sys.modules)\n"

@@ -34,7 +34,7 @@ def corpus():
 
 @pytest.fixture
 def model(tiny_bert):
-    from multipos.model import DualEncoder
+    from multipos.model.encoder import DualEncoder
 
     return DualEncoder(str(tiny_bert), pooling="mean", normalize=True, passage_max_length=64)
 
@@ -120,7 +120,7 @@ def test_leftover_or_wrong_files_are_not_cache_hits(model, corpus, tmp_path, cap
 
 
 def test_cache_key_covers_pooling_normalisation_max_length_and_precision(model, corpus, tiny_bert):
-    from multipos.model import DualEncoder
+    from multipos.model.encoder import DualEncoder
 
     ids, texts = corpus
     other = DualEncoder(str(tiny_bert), pooling="mean", normalize=False, passage_max_length=64)
@@ -220,7 +220,7 @@ def test_the_model_moves_to_the_encoding_device_outside_inference_mode(tiny_bert
     (to float64) standing in for the CUDA copy."""
     from torch import nn
 
-    from multipos.model import DualEncoder
+    from multipos.model.encoder import DualEncoder
 
     model = DualEncoder(str(tiny_bert), pooling="mean")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

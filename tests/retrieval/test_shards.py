@@ -93,7 +93,7 @@ def test_exact_topk_with_ties_is_the_same_for_every_sharding(tmp_path, n_queries
 @pytest.fixture(scope="module")
 def tiny_setup(tiny_bert, tiny_beir):
     from multipos.evaluation.sets import EvalSet
-    from multipos.model import DualEncoder
+    from multipos.model.encoder import DualEncoder
 
     model = DualEncoder(str(tiny_bert), pooling="mean", normalize=False, passage_max_length=64)
     data = EvalSet("tiny", str(tiny_beir), split="test").load()
@@ -141,7 +141,7 @@ def _worker(rank: int, world: int, init: str, bert: str, beir: str, out: str, k:
     import torch.distributed as dist
 
     from multipos.evaluation.sets import EvalSet
-    from multipos.model import DualEncoder
+    from multipos.model.encoder import DualEncoder
     from multipos.retrieval.encoding import encode
 
     torch.set_num_threads(1)
@@ -171,7 +171,7 @@ def test_two_gloo_processes_five_shards_equal_dense_run(tiny_setup, tiny_bert, t
     model, data = tiny_setup
     k = 15
     # forkserver: the stack is imported once (in the server), not once per rank as with spawn
-    mp.get_context("forkserver").set_forkserver_preload(["torch", "transformers", "faiss", "multipos.model"])
+    mp.get_context("forkserver").set_forkserver_preload(["torch", "transformers", "faiss", "multipos.model.encoder"])
     mp.start_processes(_worker, args=(2, f"file://{tmp_path / 'rendezvous'}", str(tiny_bert), str(tiny_beir),
                                       str(tmp_path), k), nprocs=2, start_method="forkserver")
     manifest = json.loads((tmp_path / "shards" / MANIFEST).read_text())
@@ -215,9 +215,9 @@ def test_failed_shard_write_leaves_nothing(tmp_path, monkeypatch):
 def test_shard_job_writes_the_dense_run_and_reuses_its_shards(tiny_bert, tiny_beir, tmp_path, caplog):
     import logging
 
-    from multipos.data.trec import read_run
     from multipos.evaluation.sets import EvalSet
-    from multipos.model import DualEncoder
+    from multipos.formats.trec import read_run
+    from multipos.model.encoder import DualEncoder
     from multipos.retrieval.dense import dense_run
     from multipos.shard_job import main
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from multipos.types import BeirDataset, Corpus
+from multipos.formats.types import BeirDataset, Corpus
 
 __all__ = ["KINDS", "pool_candidates"]
 
@@ -45,7 +45,7 @@ def pool_candidates(corpus: Corpus, queries: dict[str, str], retrievers: Sequenc
         elif kind == "dense":
             if not spec.get("model"):
                 raise ValueError(f"{where}: a dense retriever needs 'model' (a checkpoint)")
-            from multipos.model import DualEncoder
+            from multipos.model.encoder import DualEncoder
             from multipos.retrieval.dense import dense_run
 
             model = DualEncoder(str(spec["model"]))
@@ -54,7 +54,7 @@ def pool_candidates(corpus: Corpus, queries: dict[str, str], retrievers: Sequenc
         else:
             if not spec.get("path"):
                 raise ValueError(f"{where}: a run retriever needs 'path' (a TREC run file)")
-            from multipos.data.trec import read_run
+            from multipos.formats.trec import read_run
 
             run = read_run(spec["path"])
         lists.append({q: [p for p in _ranked(run.get(q, {}), depth) if p in corpus.passages] for q in queries})

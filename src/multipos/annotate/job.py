@@ -15,9 +15,9 @@ from multipos.annotate.judges import Judge, OpenAIJudge, TransformersJudge
 from multipos.annotate.pipeline import Annotator, StageSettings
 from multipos.annotate.stages import Prompt
 from multipos.assets import REPO_ROOT, cache_dir, resolve_dataset
-from multipos.data.beir import read_corpus, read_queries
-from multipos.data.trec import read_qrels
-from multipos.types import DataFormatError
+from multipos.formats.beir import read_corpus, read_queries
+from multipos.formats.trec import read_qrels
+from multipos.formats.types import DataFormatError
 
 __all__ = ["annotate", "build_judge", "load_queries"]
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from multipos import atomic
 from multipos.annotate.judges import Judge
 from multipos.annotate.stages import Prompt, ask, parse_grade, parse_text
-from multipos.types import Corpus
+from multipos.formats.types import Corpus
 
 __all__ = ["Annotator", "StageSettings"]
 

@@ -18,7 +18,7 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
-from multipos.types import DataFormatError
+from multipos.formats.types import DataFormatError
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 

@@ -4,15 +4,15 @@ and their ANCE-style refresh, group construction (regimes, first-M / random-M, m
 Lightning DataModule that joins them.
 
 (the data model they read into — ``Passage``, ``Corpus``, ``Qrels``, ``Run``, ``BeirDataset``, ``DataFormatError``, the
-line readers — is :mod:`multipos.types`, below every layer)
+line readers — is :mod:`multipos.formats.types`, below every layer)
 
-* :mod:`~multipos.data.beir` — BEIR folders (corpus, queries, qrels files, the checks that tie them);
-* :mod:`~multipos.data.trec` — qrels (TREC and BEIR TSV) and TREC runs;
-* :mod:`~multipos.data.tevatron` — Tevatron training JSONL / HF datasets (the paper's data schema);
-* :mod:`~multipos.data.dpr` — the DPR releases (Wikipedia passages TSV, QA files) for answer-match evaluation;
+* :mod:`~multipos.formats.beir` — BEIR folders (corpus, queries, qrels files, the checks that tie them);
+* :mod:`~multipos.formats.trec` — qrels (TREC and BEIR TSV) and TREC runs;
+* :mod:`~multipos.formats.tevatron` — Tevatron training JSONL / HF datasets (the paper's data schema);
+* :mod:`~multipos.formats.dpr` — the DPR releases (Wikipedia passages TSV, QA files) for answer-match evaluation;
 * :mod:`~multipos.data.sources` — ``BeirGradedSource``, ``TevatronSource``, BM25 mining, teacher ordering;
-* :mod:`~multipos.data.dense_negatives` — dense hard negatives, ANCE-style refresh mining (the callback:
-  ``multipos.callbacks.NegativeRefresh``);
+* :mod:`~multipos.mining.dense_negatives` — dense hard negatives, ANCE-style refresh mining (the callback:
+  ``multipos.training.callbacks.NegativeRefresh``);
 * :mod:`~multipos.data.groups` — ``TrainQuery``, ``GroupBuilder``, ``group_masks`` (the paper's group composition);
 * :mod:`~multipos.data.budget` — ``AnnotationBudget`` (Table 7);
 * :mod:`~multipos.data.passage_tokens` — the training passages tokenised once;

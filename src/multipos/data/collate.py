@@ -8,22 +8,25 @@ import torch
 
 from multipos.data.groups import Group, group_masks
 from multipos.data.passage_tokens import PassageTokens
-from multipos.model import ENCODER_INPUTS
-from multipos.transfer import pinned, to_device
+from multipos.model.encoder import ENCODER_INPUTS
+from multipos.model.transfer import pinned, to_device
 
 
 @dataclass
 class Batch:
     """One training batch (B queries, G passages each).
 
-    query: tokenizer output (:data:`multipos.model.ENCODER_INPUTS`), tensors [B, Lq]; passages: the same, [B·G, Lp],
+    query: tokenizer output (:data:`multipos.model.encoder.ENCODER_INPUTS`), tensors [B, Lq]; passages: the same, [B·G,
+    Lp],
     or None when the passages are
-    looked up in a frozen passage index instead of encoded (query-side fine-tuning, :mod:`multipos.passage_index`);
+    looked up in a frozen passage index instead of encoded (query-side fine-tuning,
+    :mod:`multipos.training.passage_index`);
     positive_mask / negative_mask: bool [B, B·G] (see :func:`multipos.data.groups.group_masks`);
     query_ids: [B]; passage_ids: [B·G], the id of each column; groups: the B groups (judged passages per query,
-    for the masks over a global batch in data-parallel training, :mod:`multipos.distributed`, and for every corpus
-    passage a candidate, :mod:`multipos.corpus_candidates`), or None where the training module needs neither
-    (:meth:`multipos.module.RetrieverModule.needs_batch_groups`).
+    for the masks over a global batch in data-parallel training, :mod:`multipos.training.distributed`, and for every
+    corpus
+    passage a candidate, :mod:`multipos.training.corpus_candidates`), or None where the training module needs neither
+    (:meth:`multipos.training.module.RetrieverModule.needs_batch_groups`).
     """
 
     query: dict[str, torch.Tensor]
@@ -44,14 +47,15 @@ class Batch:
         """The same batch with its token tensors and masks in page-locked host memory: what a ``DataLoader`` with
         ``pin_memory=True`` calls, in its pin-memory thread, on each batch it receives from a worker (so the main
         process's :meth:`to` then copies them without pinning them itself: ``Tensor.pin_memory`` returns a pinned
-        tensor as it is). Each copy is made by that thread alone (:func:`multipos.transfer.pinned`). Raises
+        tensor as it is). Each copy is made by that thread alone (:func:`multipos.model.transfer.pinned`). Raises
         RuntimeError where no accelerator is available (PyTorch's pinned allocator)."""
         return self._map(pinned)
 
     def to(self, device) -> "Batch":
         """The same batch with its token tensors and masks on ``device`` (ids and groups stay Python objects); what
         Lightning calls to move a batch (:meth:`multipos.data.datamodule.MultiPosDataModule.transfer_batch_to_device`).
-        To a CUDA device the copies are pinned and non-blocking (:func:`multipos.transfer.to_device`): the host does not
+        To a CUDA device the copies are pinned and non-blocking (:func:`multipos.model.transfer.to_device`): the host
+        does not
         wait for the previous step's kernels."""
         return self._map(lambda t: to_device(t, device))
 
@@ -66,7 +70,7 @@ class GroupCollator:
     object a batch holds to the main process, and the main process rebuilds it: the groups of a B=64 × G=8 NFCorpus
     batch (their judged passages, about 40 ids a query) took the main process's time to receive the batch from 1.35 to
     1.9 ms (``bench/bench_batch_receive.py``, 2-core AMD EPYC, 2026-11-27). Only the
-    inputs the encoders read are kept (:data:`multipos.model.ENCODER_INPUTS`): each tensor a batch carries costs
+    inputs the encoders read are kept (:data:`multipos.model.encoder.ENCODER_INPUTS`): each tensor a batch carries costs
     the main process about 0.2 ms to receive from a DataLoader worker (2-core EPYC, 2026-11-26) and a copy to the GPU.
 
     A plain picklable object: the collate function DataLoader workers receive when they are spawned rather than

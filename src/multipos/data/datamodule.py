@@ -113,7 +113,8 @@ class MultiPosDataModule(L.LightningDataModule):
         self._passage_tokens_for: tuple | None = None
 
     def use_encoder_inputs(self, model) -> None:
-        """Tokenise as ``model`` (a :class:`multipos.model.DualEncoder`) does: its tokenizer (with the EOS rule of
+        """Tokenise as ``model`` (a :class:`multipos.model.encoder.DualEncoder`) does: its tokenizer (with the EOS rule
+        of
         last-token pooling) and its query / passage prompts, so training sees the inputs evaluation and
         sentence-transformers see. The training driver calls this once the model is built."""
         self._tokenizer = model.tokenizer
@@ -129,7 +130,7 @@ class MultiPosDataModule(L.LightningDataModule):
 
     def set_negatives(self, pools: dict[str, list[str]] | None) -> None:
         """Build groups from ``pools`` ({query id → hard negatives, best first}) instead of the source's mined
-        negatives from the next group on (the dense refresh, :class:`multipos.callbacks.NegativeRefresh`);
+        negatives from the next group on (the dense refresh, :class:`multipos.training.callbacks.NegativeRefresh`);
         None goes back to the source's. Queries absent from ``pools`` keep theirs."""
         self.negative_pools = pools
         if self.dataset is not None:
@@ -302,13 +303,14 @@ class MultiPosDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         """Loader over the current stage's groups; raises ValueError when ``data.tokenizer`` has more tokens than
-        the trained model's embedding rows (:func:`multipos.tokenization.check_tokenizer`). Its batches carry their
+        the trained model's embedding rows (:func:`multipos.model.tokenization.check_tokenizer`). Its batches carry
+        their
         groups unless the trainer's module says it does not need them (``needs_batch_groups()`` False:
-        :meth:`multipos.module.RetrieverModule.needs_batch_groups`)."""
+        :meth:`multipos.training.module.RetrieverModule.needs_batch_groups`)."""
         module = getattr(self.trainer, "lightning_module", None) if self.trainer else None
         model = getattr(module, "model", None)
         if model is not None and hasattr(model, "query_encoder"):
-            from multipos.tokenization import check_tokenizer
+            from multipos.model.tokenization import check_tokenizer
 
             check_tokenizer(self.tokenizer, model.query_encoder, f"data.tokenizer={self.tokenizer_name}")
         ranks = (self.trainer.world_size, self.trainer.global_rank) if self.trainer is not None else (1, 0)

@@ -51,7 +51,7 @@ class TrainQuery:
             ``data.source.grade_weights``), read by the soft-target objectives
             (:data:`multipos.losses.SOFT_OBJECTIVES`).
         teacher_scores: a teacher's raw score of each passage it scored (``margin_mse``'s targets,
-            :mod:`multipos.data.teacher_scores`).
+            :mod:`multipos.mining.teacher_scores`).
     """
 
     query_id: str
@@ -235,7 +235,7 @@ def group_masks(groups: Sequence[Group], columns: Sequence[str] | None = None,
 
     ``columns`` defaults to the groups' passages concatenated (one process). In data-parallel training
     they are the passages of the global batch, every rank's groups concatenated in rank order, and this
-    rank's groups start at column ``offset`` (:mod:`multipos.distributed`); the default is that layout
+    rank's groups start at column ``offset`` (:mod:`multipos.training.distributed`); the default is that layout
     with one rank.
 
     Returns ``positive_mask``, ``negative_mask``: bool [B, len(columns)]. Query i's positives are the first

@@ -34,7 +34,7 @@ class PassageTokens:
     holds every stored passage's ids one after another, ``offsets[i]:offsets[i + 1]`` those of row i.
 
     Args:
-        tokenizer: a Hugging Face (fast) tokenizer; corpus: a :class:`multipos.types.Corpus` (``corpus[pid]``);
+        tokenizer: a Hugging Face (fast) tokenizer; corpus: a :class:`multipos.formats.types.Corpus` (``corpus[pid]``);
         prompt: text put before every passage; max_length: tokens per passage, special tokens included.
 
     ``exact`` is False when a single passage's encoding holds more than its ids (an attention mask not all ones or

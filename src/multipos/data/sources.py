@@ -7,7 +7,7 @@
   are the file's or mined with a dense model.
 
 Hard negatives (``negatives``): ``bm25`` (BEIR) or ``given`` (Tevatron) as published, or ``dense``: the top
-passages of a dense model, by default the starting checkpoint (:mod:`multipos.data.dense_negatives`), optionally
+passages of a dense model, by default the starting checkpoint (:mod:`multipos.mining.dense_negatives`), optionally
 refreshed with the weights being trained every ``negative_refresh_epochs`` epochs (ANCE). Every miner applies one
 rule, :func:`multipos.data.groups.unjudged_negatives`: a passage judged for the query, with any grade (0 included), is
 never its negative.
@@ -27,15 +27,15 @@ from pathlib import Path
 
 from multipos import atomic
 from multipos.assets import cache_dir, is_local_path, resolve_dataset
-from multipos.data.beir import check_qrels_ids, check_query_texts, read_corpus, read_queries
 from multipos.data.groups import TrainQuery, unjudged_negatives
 from multipos.data.label_noise import LabelNoise
-from multipos.data.negative_filter import NegativeFilter
-from multipos.data.teacher_model import TeacherModel
-from multipos.data.teacher_scores import TeacherScores
-from multipos.data.tevatron import load_tevatron_hf, read_tevatron
-from multipos.data.trec import read_qrels
-from multipos.types import Corpus, DataFormatError
+from multipos.formats.beir import check_qrels_ids, check_query_texts, read_corpus, read_queries
+from multipos.formats.tevatron import load_tevatron_hf, read_tevatron
+from multipos.formats.trec import read_qrels
+from multipos.formats.types import Corpus, DataFormatError
+from multipos.mining.negative_filter import NegativeFilter
+from multipos.mining.teacher_model import TeacherModel
+from multipos.mining.teacher_scores import TeacherScores
 
 log = logging.getLogger(__name__)
 ORDERINGS = ("given", "teacher")
@@ -56,19 +56,19 @@ def _check_negative_options(negatives: str, allowed: tuple[str, ...], model: str
 
 def _dense_pools(model: str, encoder: dict | None, corpus: Corpus, queries: list[TrainQuery],
                  depth: int) -> dict[str, list[str]]:
-    from multipos.data.dense_negatives import mine_with_checkpoint
+    from multipos.mining.dense_negatives import mine_with_checkpoint
 
     return mine_with_checkpoint(model, corpus, {q.query_id: q.query for q in queries},
                                 {q.query_id: q.judged for q in queries}, depth, encoder)
 
 
 def _filter_pools(rule, model: str, encoder: dict | None, corpus: Corpus, queries: list[TrainQuery]) -> dict:
-    """Apply the positive-aware filter (:mod:`multipos.data.negative_filter`) to every query's mined negatives with
+    """Apply the positive-aware filter (:mod:`multipos.mining.negative_filter`) to every query's mined negatives with
     the scores of ``model`` (the miner's checkpoint and settings: ``data.source.negative_model`` /
     ``negative_encoder``); positives in their current order (teacher order when the source orders them).
     Returns the counts for ``run_info.json``."""
-    from multipos.data.dense_negatives import load_encoder
-    from multipos.data.negative_filter import score_and_filter
+    from multipos.mining.dense_negatives import load_encoder
+    from multipos.mining.negative_filter import score_and_filter
 
     scorer = load_encoder(model, encoder)
     pools, counts = score_and_filter(scorer, corpus, {q.query_id: q.query for q in queries},
@@ -135,7 +135,7 @@ def teacher_order(queries: list[TrainQuery], query_texts: dict[str, str], corpus
                   trust_remote_code: bool = False, prompts: dict | None = None) -> None:
     """Reorder each query's gold and silver positives by descending teacher score (in place). Cached.
 
-    ``teacher`` is a checkpoint name/path loaded as a :class:`~multipos.model.DualEncoder` with the
+    ``teacher`` is a checkpoint name/path loaded as a :class:`~multipos.model.encoder.DualEncoder` with the
     checkpoint's own settings: the pooling/normalisation saved in its ``multipos_encoder.json``, else
     ``pooling`` / ``normalize`` (pass the model config's ``model.pooling`` / ``model.normalize``), else those
     of its sentence-transformers files (mean + L2 for all-MiniLM-L6-v2), else the DualEncoder defaults.
@@ -146,7 +146,7 @@ def teacher_order(queries: list[TrainQuery], query_texts: dict[str, str], corpus
     another model under the same name, is scored anew. Loading the teacher is therefore not skipped on
     a cache hit (the encoding is).
     """
-    from multipos.model import DualEncoder
+    from multipos.model.encoder import DualEncoder
     from multipos.retrieval.encoding import cached_encode, encode
 
     prompts = dict(prompts or {})
@@ -189,16 +189,16 @@ class BeirGradedSource:
         qrels_file: graded qrels relative to the folder (TREC or BEIR TSV), e.g. ``qrels-graded/train.s-3.qrel``.
         gold_grade: grade of gold (human) positives; silver_grade: grade of silver positives.
         negatives: ``bm25`` (BM25 top-``negative_depth``) or ``dense`` (``negative_model``'s top-``negative_depth``,
-            :func:`multipos.data.dense_negatives.mine_with_checkpoint`); judged passages removed either way
+            :func:`multipos.mining.dense_negatives.mine_with_checkpoint`); judged passages removed either way
             (:func:`multipos.data.groups.unjudged_negatives`). Cached under ``<cache>/negatives``.
         negative_depth: hard negatives mined per query.
         negative_model: checkpoint of the dense miner (the data configs: the starting checkpoint);
             negative_encoder: its DualEncoder keyword arguments (pooling, normalize, max lengths).
         negative_refresh_epochs: re-mine with the weights being trained every K epochs
-            (:class:`multipos.callbacks.NegativeRefresh`), None = never.
+            (:class:`multipos.training.callbacks.NegativeRefresh`), None = never.
         ordering: ``given`` (qrels file order) or ``teacher``; teacher: checkpoint for ``teacher``.
         negative_filter: positive-aware filtering of the mined negatives (``{share, margin, reference}``,
-            :class:`multipos.data.negative_filter.NegativeFilter`; scored by ``negative_model``), None = off.
+            :class:`multipos.mining.negative_filter.NegativeFilter`; scored by ``negative_model``), None = off.
         teacher_pooling, teacher_normalize: the teacher's pooling and L2 when its checkpoint saved none
             (the data configs pass the model config's); teacher_prompts: ``{"query": …, "passage": …}`` (the model
             config's prompts; None = the teacher checkpoint's own).
@@ -206,11 +206,11 @@ class BeirGradedSource:
         grade_weights: {grade: weight in (0, 1]}: each positive's target weight for the soft-target objectives
             (:data:`multipos.losses.SOFT_OBJECTIVES`), e.g. ``{2: 1.0, 1: 0.5}``; None = no targets.
         teacher_scores: ``{path, temperature}``: a teacher's scores of the training passages (a TREC run or JSONL,
-            :class:`multipos.data.teacher_scores.TeacherScores`): raw targets of ``margin_mse`` and, softmaxed at
+            :class:`multipos.mining.teacher_scores.TeacherScores`): raw targets of ``margin_mse`` and, softmaxed at
             the temperature, target weights of the other soft-target objectives; None = none.
         teacher_model: ``{path, kind: bi | cross, temperature, negatives}``: a sentence-transformers teacher that
             scores each query's positives and hard negatives once, cached
-            (:class:`multipos.data.teacher_model.TeacherModel`); targets as ``teacher_scores``.
+            (:class:`multipos.mining.teacher_model.TeacherModel`); targets as ``teacher_scores``.
         label_noise: ``{rate, kind, seed}``: replace that share of each query's positives by false positives
             (:class:`multipos.data.label_noise.LabelNoise`); None = the labels as published.
 
@@ -329,14 +329,15 @@ class TevatronSource:
         max_queries: keep only the first N lines.
         negatives: ``given`` (each line's ``negative_passages``), ``bm25`` (BM25 top-``negative_depth``, as
             :class:`BeirGradedSource`) or ``dense`` (``negative_model``'s top-``negative_depth``,
-            :func:`multipos.data.dense_negatives.mine_with_checkpoint`) over the corpus; mined ones exclude the query's
+            :func:`multipos.mining.dense_negatives.mine_with_checkpoint`) over the corpus; mined ones exclude the
+            query's
             judged passages, here its positives.
         negative_corpus: a BEIR ``corpus.jsonl`` the miners search (the full collection, e.g. MS MARCO's 8.8M
             passages), the training file's passages added to it; None = the training file's passages only.
         negative_depth, negative_model, negative_encoder, negative_refresh_epochs, negative_filter: as in
             :class:`BeirGradedSource`.
 
-    Raises: DataFormatError for a bad line (file and line, see :func:`multipos.data.tevatron.parse_tevatron`), a
+    Raises: DataFormatError for a bad line (file and line, see :func:`multipos.formats.tevatron.parse_tevatron`), a
     query id on two lines (naming both) or no line at all; FileNotFoundError for a filesystem ``path`` that does not
     exist (no hub lookup); ValueError for bad hard-negative settings (naming the field). A passage id given with two
     different texts keeps its first text (the negative corpus's first); their number is logged as a warning.

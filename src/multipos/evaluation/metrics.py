@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 
-from multipos.types import Qrels, Run
+from multipos.formats.types import Qrels, Run
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ computed by DPR's ``dpr/data/qa_validation.py`` (``has_answer``) and reproduced 
 ``pyserini/eval/evaluate_dpr_retrieval.py`` (``has_answers``, ``evaluate_retrieval``). This module
 re-implements that procedure; it does not import either project.
 
-Files: the DPR releases (``psgs_w100.tsv``, ``nq-test.qa.csv``, …) are read by :mod:`multipos.data.dpr`.
+Files: the DPR releases (``psgs_w100.tsv``, ``nq-test.qa.csv``, …) are read by :mod:`multipos.formats.dpr`.
 
 Answer matching (:func:`has_answer`), as DPR/pyserini do it:
 
@@ -29,7 +29,7 @@ dropping the title line).
 Typical use::
 
     qa = read_dpr_qa("nq-test.qa.csv")
-    run = read_run("run.nq-test.trec")                      # multipos.data.trec.read_run
+    run = read_run("run.nq-test.trec")                      # multipos.formats.trec.read_run
     corpus = read_dpr_passages("psgs_w100.tsv", ids=run_passage_ids(run, depth=100))
     answer_accuracy(run, qa, corpus)                       # {"acc@20": …, "acc@100": …}
 """
@@ -46,8 +46,8 @@ from typing import Literal
 
 import regex
 
-from multipos.data.dpr import QAPair
-from multipos.types import Corpus, Run
+from multipos.formats.dpr import QAPair
+from multipos.formats.types import Corpus, Run
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ def top_passages(docs: dict[str, float], k: int) -> list[str]:
     """The ``k`` passage ids with the highest scores, best first.
 
     Ties keep the order of ``docs`` (a stable sort; for a run read with
-    :func:`multipos.data.trec.read_run` that is the TREC file's line order, which is also the order
+    :func:`multipos.formats.trec.read_run` that is the TREC file's line order, which is also the order
     pyserini's ``convert_trec_run_to_dpr_retrieval_run`` keeps). Raises ValueError on a NaN score.
     """
     if any(math.isnan(s) for s in docs.values()):
@@ -210,7 +210,7 @@ def answer_accuracy(run: Run, qa: dict[str, QAPair], corpus: Corpus, ks: Iterabl
     questions of ``qa``.
 
     Args:
-        run: {query id → {passage id → score}} (:data:`multipos.types.Run`); higher is better.
+        run: {query id → {passage id → score}} (:data:`multipos.formats.types.Run`); higher is better.
             Depth beyond ``max(ks)`` is ignored.
         qa: {query id → QAPair} from :func:`read_dpr_qa`; defines the question set.
         corpus: passages by id (:func:`read_dpr_passages`); must hold every passage in the top

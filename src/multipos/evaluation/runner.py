@@ -28,8 +28,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from multipos import atomic
 from multipos.assets import cache_dir, resolve_dataset
-from multipos.data.trec import write_run
 from multipos.evaluation.sets import EvalSet
+from multipos.formats.trec import write_run
 from multipos.retrieval.bm25 import bm25_run
 from multipos.retrieval.dense import dense_run
 from multipos.runs.folder import read_json
@@ -199,7 +199,7 @@ class Evaluation:
 
     def _reference_key(self, zero_shot_model, sets: list[EvalSet]) -> str:
         """What the floor rows depend on: the zero-shot model's weights and settings
-        (:meth:`multipos.model.DualEncoder.fingerprint`, both sides; its query length), the sets, the retrieval
+        (:meth:`multipos.model.encoder.DualEncoder.fingerprint`, both sides; its query length), the sets, the retrieval
         settings and the tag."""
         fingerprint = zero_shot_model.fingerprint(include_query=True) if zero_shot_model is not None else None
         length = getattr(zero_shot_model, "query_max_length", None)

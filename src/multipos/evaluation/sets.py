@@ -12,9 +12,9 @@ import logging
 from dataclasses import dataclass, field, replace
 
 from multipos.assets import resolve_dataset
-from multipos.data.beir import check_qrels_ids, load_beir, read_qrels_files
 from multipos.evaluation.metrics import DEFAULT_METRICS, evaluate_run
-from multipos.types import BeirDataset, Qrels, Run
+from multipos.formats.beir import check_qrels_ids, load_beir, read_qrels_files
+from multipos.formats.types import BeirDataset, Qrels, Run
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ class QAEvalSet:
         folder = resolve_files(self.path, [self.corpus_file, self.qa_file])
         key = ("qa", str(folder.resolve()), self.corpus_file, self.qa_file, self.max_queries)
         if key not in _LOADED:
-            from multipos.data.dpr import read_dpr_passages, read_dpr_qa
+            from multipos.formats.dpr import read_dpr_passages, read_dpr_qa
 
             qa = read_dpr_qa(folder / self.qa_file)
             if self.max_queries is not None:
@@ -195,8 +195,8 @@ class QAEvalSet:
 
     def score(self, run: Run, data: QADataset | None = None) -> dict[str, tuple[dict, dict]]:
         """{name → (accuracy means, per-query 0/1 values)} by :func:`multipos.evaluation.qa.answer_accuracy`."""
-        from multipos.data.dpr import QAPair
         from multipos.evaluation.qa import answer_accuracy
+        from multipos.formats.dpr import QAPair
 
         data = data if data is not None else self.load()
         qa = {q: QAPair(data.queries[q], data.answers[q]) for q in data.queries}

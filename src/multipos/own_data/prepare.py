@@ -13,8 +13,8 @@ the configs read as it is (:file:`conf/experiment/own_data.yaml`):
 * **Lengths.** Query and passage lengths are the 99th percentile of the data's token lengths under the model's
   tokenizer, capped by the model's maximum; the share of texts a length truncates is reported.
 
-Bad input stops with the file, line and field (:mod:`multipos.data.beir`, :mod:`multipos.data.trec`,
-:mod:`multipos.data.tevatron`); nothing is written until everything has been read.
+Bad input stops with the file, line and field (:mod:`multipos.formats.beir`, :mod:`multipos.formats.trec`,
+:mod:`multipos.formats.tevatron`); nothing is written until everything has been read.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from multipos.data.beir import check_qrels_ids, check_query_texts, read_corpus, read_queries
-from multipos.data.tevatron import read_tevatron
-from multipos.data.trec import read_qrels
-from multipos.types import DataFormatError
+from multipos.formats.beir import check_qrels_ids, check_query_texts, read_corpus, read_queries
+from multipos.formats.tevatron import read_tevatron
+from multipos.formats.trec import read_qrels
+from multipos.formats.types import DataFormatError
 
 __all__ = ["Prepared", "prepare", "positive_tiers", "length_for"]
 

@@ -210,7 +210,7 @@ def plot_ratio_ablation(runs: Sequence[RunResult], eval_set: str, metrics: Seque
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, format="png", dpi=120)
     if wandb_run is not None:
-        from multipos.loggers import wandb_image
+        from multipos.training.loggers import wandb_image
 
         wandb_run.log({f"ratio_ablation/{eval_set}": wandb_image(fig)})
     return out

@@ -220,7 +220,7 @@ def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results",
     ``fine_tuning=query_side``) writes ``<report.name>_<suffix>`` so the variant never overwrites the study. Files are
     written atomically (temporary sibling, then ``os.replace``). Runs are loaded with a progress bar (on a terminal).
     ``wandb_project``: also log the table as a ``wandb.Table`` and the figure to a W&B run of that project, grouped by
-    the study (:func:`multipos.loggers.log_report`; offline under ``<sweep_dir>/wandb`` without a network).
+    the study (:func:`multipos.training.loggers.log_report`; offline under ``<sweep_dir>/wandb`` without a network).
     Returns the Markdown text. Raises ``FileNotFoundError`` when the sweep
     holds no complete run, ``ValueError`` for a missing / malformed ``report`` node, runs disagreeing on
     ``report.name``, or anything :func:`~multipos.report.tables.render_table` rejects; warns (``UserWarning``)
@@ -274,7 +274,7 @@ def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results",
     atomic.write_text(out / f"{stem}.md", md)
     atomic.write_text(out / f"{stem}.tex", tex)
     if wandb_project:
-        from multipos.loggers import log_report
+        from multipos.training.loggers import log_report
 
         log_report(stem, md, fig, project=wandb_project, save_dir=str(sweep))
     return md

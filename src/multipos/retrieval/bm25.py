@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 
-from multipos.types import BeirDataset, Corpus, Run
+from multipos.formats.types import BeirDataset, Corpus, Run
 
 
 def import_bm25s():

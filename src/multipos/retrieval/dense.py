@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from multipos.formats.types import BeirDataset, Run
 from multipos.retrieval.topk import merge_topk
-from multipos.types import BeirDataset, Run
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Encoding passages and queries with a :class:`~multipos.model.DualEncoder`: length-sorted batches, on the
+"""Encoding passages and queries with a :class:`~multipos.model.encoder.DualEncoder`: length-sorted batches, on the
 trainer's accelerator, bf16 where native, and an on-disk embedding cache keyed by weights and corpus text.
 
 Corpora above :data:`MEMMAP_THRESHOLD` passages are encoded straight into a memory-mapped ``.npy`` cache file
@@ -23,8 +23,8 @@ import torch
 from tqdm.auto import tqdm
 
 from multipos.hardware import native_bf16
-from multipos.model import DualEncoder
-from multipos.transfer import to_device
+from multipos.model.encoder import DualEncoder
+from multipos.model.transfer import to_device
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,8 @@ def encode(
     ``overlap``: tokenise the next window in a background thread while the device encodes this one (the embeddings
     are the same); ``None`` (default) does so on CUDA, where the GPU otherwise waits for the tokenizer, and not on a
     CPU, whose cores the model already uses. The log line says how long tokenising took and how long encoding
-    waited for it. Each batch goes to a CUDA device pinned and non-blocking (:func:`multipos.transfer.to_device`), so
+    waited for it. Each batch goes to a CUDA device pinned and non-blocking
+    (:func:`multipos.model.transfer.to_device`), so
     the host queues the next batch while the device encodes this one; it waits once per window, for its embeddings.
 
     ``out``: optional preallocated float32 array [len(texts), H] (e.g. an ``np.lib.format.open_memmap``

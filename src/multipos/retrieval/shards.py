@@ -33,9 +33,9 @@ from pathlib import Path
 import numpy as np
 
 from multipos import atomic
+from multipos.formats.types import Run
 from multipos.retrieval.dense import index_topk
 from multipos.retrieval.topk import merge_topk
-from multipos.types import Run
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ def encode_shards(model, ids: list[str], texts: list[str], folder: str | os.Path
     """Encode this process's shards of a corpus into ``folder`` and (rank 0) its manifest → manifest path.
 
     Args:
-        model: a :class:`multipos.model.DualEncoder` (on the device this rank uses).
+        model: a :class:`multipos.model.encoder.DualEncoder` (on the device this rank uses).
         ids, texts: the whole corpus, in order (every rank passes the same lists; only the rows of its shards
             are encoded).
         num_shards: shards in all (default: the world size); rank r encodes shards r, r + world, ….

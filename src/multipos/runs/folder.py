@@ -12,7 +12,7 @@ is resumed by training, left out by the report.
 It also reads JSON files with errors that name the file (:func:`read_json`; writes go through
 :func:`multipos.atomic.write_json`), guards a folder against a run of another configuration
 (:func:`prepare_run_dir`) and removes a finished run's resume checkpoints (:func:`remove_checkpoints`; the stage
-that writes them finds the newest, :func:`multipos.fit.newest_checkpoint`).
+that writes them finds the newest, :func:`multipos.training.fit.newest_checkpoint`).
 """
 
 from __future__ import annotations

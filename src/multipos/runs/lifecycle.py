@@ -17,7 +17,7 @@ from multipos.runs.spec import SPEC_FILE, SPEC_VERSION, run_spec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RunStart", "open_run", "close_run"]
+__all__ = ["RunStart", "open_run", "close_run", "write_spec"]
 
 
 @dataclass
@@ -27,12 +27,20 @@ class RunStart:
     ``info``: the ``run_info.json`` of this run so far (status ``running``, run key, equivalence key, spec version,
     experiment, seed, device, ``wall_s`` summed over earlier attempts, stages, ``resumed``); ``metrics``: the run's
     results when it needs no training (finished here before, or copied from an equivalent run), else None;
-    ``done``: nothing is left to do in this process (``metrics`` is None on the non-writing ranks of a reused run).
+    ``done``: nothing is left to do in this process (``metrics`` is None on the non-writing ranks of a reused run);
+    ``spec``: the run's spec as plain data (written to ``spec.json`` with the first ``run_info.json`` of a run that
+    trains: :func:`write_spec`, after its data and model have loaded, so bad input leaves the folder untouched).
     """
 
     info: dict
     metrics: dict | None = None
     done: bool = False
+    spec: dict | None = None
+
+
+def write_spec(out: Path, spec: dict) -> None:
+    """Write the run's spec (:meth:`multipos.runs.spec.RunSpec.to_dict`) to ``<out>/spec.json``."""
+    atomic.write_json(Path(out) / SPEC_FILE, spec)
 
 
 def open_run(cfg: DictConfig, out: Path, stages: list, writer: bool, device: str, started: float) -> RunStart:
@@ -40,7 +48,7 @@ def open_run(cfg: DictConfig, out: Path, stages: list, writer: bool, device: str
     train (fresh or resumed).
 
     The run's :class:`multipos.runs.spec.RunSpec` is written to ``spec.json``; its key guards the folder and its
-    equivalence key finds runs to copy. ``stages``: the :class:`multipos.stages.Stage` plan; ``writer``: this
+    equivalence key finds runs to copy. ``stages``: the :class:`multipos.training.stages.Stage` plan; ``writer``: this
     process writes files (global rank 0); ``device``: the run's device description;
     ``started``: ``time.time()`` when the job started (the wall time of a copied run).
     Raises ValueError (from :func:`multipos.runs.folder.prepare_run_dir`) when ``out`` holds a run of another
@@ -49,9 +57,6 @@ def open_run(cfg: DictConfig, out: Path, stages: list, writer: bool, device: str
     spec = run_spec(cfg)
     digest, key = spec.key(), spec.equivalence_key()
     previous, finished = prepare_run_dir(cfg, out, digest, writer=writer)
-    if writer:
-        out.mkdir(parents=True, exist_ok=True)
-        atomic.write_json(out / SPEC_FILE, spec.to_dict())
     info = {"status": "running", "run_key": digest, "equivalence_key": key, "spec_version": SPEC_VERSION,
             "experiment": cfg.get("experiment_name"), "seed": int(cfg.seed), "device": device,
             "wall_s": float(previous.get("wall_s", 0.0)), "stages": [s.describe() for s in stages],
@@ -65,13 +70,14 @@ def open_run(cfg: DictConfig, out: Path, stages: list, writer: bool, device: str
         reuse = cfg.get("reuse_equivalent", False) and cfg.get("resume", True)  # resume=false: train it again
         source = find_equivalent(key, out) if reuse else None
         if source is None:
-            return RunStart(info)
+            return RunStart(info, spec=spec.to_dict())
         if not writer:
             return RunStart(info, done=True)
         metrics = adopt(source, out, {**info, "wall_s": round(info["wall_s"] + time.time() - started, 1)})
     if writer:
+        write_spec(out, spec.to_dict())
         register(key, out)
-    return RunStart(info, metrics, done=True)
+    return RunStart(info, metrics, done=True, spec=spec.to_dict())
 
 
 def close_run(out: Path, info: dict, keep_checkpoints: bool = True) -> None:

@@ -31,8 +31,8 @@ from typing import Any, Mapping
 from omegaconf import DictConfig, OmegaConf
 
 from multipos.losses import SOFT_OBJECTIVES
-from multipos.stages import DEFAULTS as STAGE_DEFAULTS
-from multipos.stages import plan
+from multipos.training.stages import DEFAULTS as STAGE_DEFAULTS
+from multipos.training.stages import plan
 
 __all__ = ["SPEC_VERSION", "SPEC_FILE", "RunSpec", "run_spec", "run_key", "spec_from_plain", "digest"]
 
@@ -94,7 +94,8 @@ def digest(value: Any) -> str:
 class RunSpec:
     """What one run computes (see the module docstring). Every section is plain JSON data.
 
-    ``stages``: each training stage's fields (:class:`multipos.stages.Stage`) with those at their default left out;
+    ``stages``: each training stage's fields (:class:`multipos.training.stages.Stage`) with those at their default left
+    out;
     ``passages``: ``None`` for two-tower training, else the frozen index's settings; ``wise_ft``: ``None`` when no
     interpolation happens (alpha 1).
     """
@@ -135,7 +136,7 @@ class RunSpec:
 
 
 def _stages(stages: Mapping | None, evaluate_only: bool) -> list[dict]:
-    """The stage plan as spec sections (:func:`multipos.stages.plan`), fields at their default left out."""
+    """The stage plan as spec sections (:func:`multipos.training.stages.plan`), fields at their default left out."""
     out = []
     for stage in plan(stages or {}, evaluate_only=evaluate_only):
         described = stage.describe()

@@ -1,0 +1,124 @@
+"""The data model shared by the readers (:mod:`multipos.data`), retrieval and evaluation: passages, corpora, qrels,
+runs and a loaded BEIR-style dataset, plus the line readers the readers are built on. It imports nothing else of
+multipos, so every layer can use it.
+
+Every error names the file and line (1-based) or the field at fault (:class:`DataFormatError`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+__all__ = ["Qrels", "Run", "DataFormatError", "Passage", "Corpus", "BeirDataset", "iter_lines", "iter_jsonl",
+           "get_field"]
+
+Qrels = dict[str, dict[str, int]]  # query id → {passage id → grade}
+
+
+Run = dict[str, dict[str, float]]  # query id → {passage id → score}
+
+
+class DataFormatError(ValueError):
+    """Malformed input file; the message names the file, line and field."""
+
+
+@dataclass
+class Passage:
+    """One corpus passage (title may be empty)."""
+
+    id: str
+    title: str
+    text: str
+
+    def full_text(self, sep: str = " ") -> str:
+        """Title and text joined as the encoders see them."""
+        return f"{self.title}{sep}{self.text}" if self.title else self.text
+
+
+@dataclass
+class Corpus:
+    """Ordered passage collection with id lookup."""
+
+    passages: dict[str, Passage] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.passages)
+
+    def __contains__(self, pid: str) -> bool:
+        return pid in self.passages
+
+    def __getitem__(self, pid: str) -> Passage:
+        return self.passages[pid]
+
+    @property
+    def ids(self) -> list[str]:
+        """Passage ids in corpus order (the order of the corpus file)."""
+        return list(self.passages)
+
+    def texts(self, ids: Iterable[str] | None = None) -> list[str]:
+        """Passage texts (title and text, :meth:`Passage.full_text`) of ``ids`` (default: every passage, in corpus
+        order). Raises ``KeyError`` for an id not in the corpus."""
+        return [self.passages[i].full_text() for i in (self.ids if ids is None else ids)]
+
+
+@dataclass
+class BeirDataset:
+    """A BEIR folder loaded for one split (qrels restricted to that split): what retrieval and evaluation run on
+    (read by :func:`multipos.formats.beir.load_beir`)."""
+
+    corpus: Corpus
+    queries: dict[str, str]
+    qrels: Qrels
+    name: str = ""
+
+
+def iter_lines(path: str | os.PathLike, what: str = "file") -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, text)`` for every line of a UTF-8 text file (1-based, newline kept).
+
+    Raises FileNotFoundError naming ``what`` and the path, DataFormatError naming the file, the line and
+    the byte offset (in the file) of the first byte that is not valid UTF-8."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: {what} not found")
+    offset = 0
+    with path.open("rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataFormatError(f"{path}:{n}: invalid UTF-8 (byte 0x{raw[e.start]:02x} at byte offset "
+                                      f"{offset + e.start} of the file, column {e.start + 1} of the line)") from None
+            offset += len(raw)
+            yield n, line
+
+
+def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
+    """Yield ``(line_number, object)`` for each non-blank line.
+
+    Raises FileNotFoundError for a missing file and DataFormatError naming the file and line for invalid
+    UTF-8, bad JSON (a last line cut mid-object is reported as a truncated file) or a non-object line."""
+    for n, line in iter_lines(path, "file"):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            hint = "; the line has no newline at its end: truncated file?" if not line.endswith("\n") else ""
+            raise DataFormatError(f"{path}:{n}: malformed JSON ({e.msg} at column {e.colno}){hint}") from None
+        if not isinstance(obj, dict):
+            raise DataFormatError(f"{path}:{n}: expected a JSON object, got {type(obj).__name__}")
+        yield n, obj
+
+
+def get_field(obj: dict, name: str, where: str, types=(str,)):
+    """``obj[name]``, checked: DataFormatError naming ``where`` and the field when it is missing or not of ``types``."""
+    if name not in obj:
+        raise DataFormatError(f"{where}: missing field {name!r}")
+    value = obj[name]
+    if not isinstance(value, types):
+        raise DataFormatError(f"{where}: field {name!r} must be {types[0].__name__}, got {type(value).__name__}")
+    return value

@@ -1,0 +1,115 @@
+"""multipos.training.corpus_candidates: the chunked full-corpus objectives equal the unchunked [B, N] ones, loss
+and gradient."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from multipos.losses import HARDEST_NEGATIVE, OBJECTIVES, SINGLE_POSITIVE, compute
+from multipos.training.corpus_candidates import corpus_scores, corpus_targets, full_corpus_scores, negative_summary
+
+N, H = 103, 16
+IDS = [f"d{i}" for i in range(N)]
+ROW = {p: i for i, p in enumerate(IDS)}
+POSITIVES = [["d1", "d5", "d7"], ["d3"], ["d10", "d11"], ["d50", "d51", "d52", "d53"], ["d102"]]
+JUDGED = [{"d8", "d9"}, {"d4", "d60"}, set(), {"d54"}, {"not-in-corpus"}]
+
+
+def _corpus(dtype):
+    g = torch.Generator().manual_seed(0)
+    return torch.nn.functional.normalize(torch.randn(N, H, generator=g, dtype=dtype), dim=-1)
+
+
+def _loss_and_grad(name, q0, passages, chunk_size=None, tau=0.05):
+    positives = [p[:1] for p in POSITIVES] if name in SINGLE_POSITIVE else POSITIVES
+    targets = corpus_targets(positives, JUDGED, ROW)
+    q = q0.clone().requires_grad_()
+    if chunk_size is None:
+        scores, pos, neg = full_corpus_scores(q, passages, tau, targets)
+    else:
+        summary = "max" if name in HARDEST_NEGATIVE else "lse"
+        scores, pos, neg = corpus_scores(q, passages, tau, targets, chunk_size, summary)
+    loss = compute(name, scores, pos, neg).mean()
+    (grad,) = torch.autograd.grad(loss, q)
+    return loss.detach(), grad
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTIVES))
+@pytest.mark.parametrize("chunk_size", [1, 7, 64, 1000])
+def test_chunked_equals_unchunked_in_float64(name, chunk_size):
+    passages = _corpus(torch.float64)
+    q0 = torch.randn(len(POSITIVES), H, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    ref_loss, ref_grad = _loss_and_grad(name, q0, passages)
+    loss, grad = _loss_and_grad(name, q0, passages, chunk_size)
+    assert abs(float(loss - ref_loss)) < 1e-6
+    assert float((grad - ref_grad).abs().max()) < 1e-6
+    assert float(ref_grad.abs().max()) > 1e-3  # a gradient that means something
+
+
+@pytest.mark.parametrize("name", ["jointlh", "lsepair", "lsepair_minp_maxn"])
+def test_chunked_equals_unchunked_in_float32_and_bf16_index(name):
+    q0 = torch.randn(len(POSITIVES), H, generator=torch.Generator().manual_seed(2))
+    for passages in (_corpus(torch.float32), _corpus(torch.float32).to(torch.bfloat16)):
+        ref_loss, ref_grad = _loss_and_grad(name, q0, passages)
+        loss, grad = _loss_and_grad(name, q0, passages, 16)
+        assert float(loss) == pytest.approx(float(ref_loss), rel=1e-5, abs=1e-5)
+        torch.testing.assert_close(grad, ref_grad, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["jointlh", "lsepair_maxn"])
+def test_corpus_scores_stay_float32_under_bf16_autocast(name):
+    """bf16-mixed training runs the forward and the loss under autocast (the backward outside it, as Lightning
+    does): the corpus scores, the loss and the query gradient are the float32 ones."""
+    q0 = torch.nn.functional.normalize(torch.randn(len(POSITIVES), H, generator=torch.Generator().manual_seed(3)),
+                                       dim=-1)
+    passages = _corpus(torch.float32)
+    targets = corpus_targets(POSITIVES, JUDGED, ROW)
+    summary = "max" if name in HARDEST_NEGATIVE else "lse"
+    results = []
+    for bf16 in (False, True):
+        q = q0.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            scores, pos, neg = corpus_scores(q, passages, 0.05, targets, 16, summary)
+            loss = compute(name, scores, pos, neg).mean()
+        results.append((scores.dtype, loss.detach(), torch.autograd.grad(loss, q)[0]))
+    (dtype, ref_loss, ref_grad), (bf16_dtype, loss, grad) = results
+    assert dtype == bf16_dtype == torch.float32
+    assert float(loss) == float(ref_loss) and torch.equal(grad, ref_grad)
+
+
+def test_judged_passages_and_positives_are_never_negatives():
+    """Making a judged passage score enormously changes nothing; making an unjudged one do so raises the loss."""
+    passages = _corpus(torch.float64)
+    targets = corpus_targets(POSITIVES, JUDGED, ROW)
+    q = torch.randn(len(POSITIVES), H, dtype=torch.float64)
+    base = negative_summary(q, passages, 0.05, targets.judged, 10)
+    boosted = passages.clone()
+    boosted[ROW["d8"]] = q[0] * 10  # judged for query 0
+    boosted[ROW["d5"]] = q[0] * 10  # a positive of query 0
+    assert float(negative_summary(q, boosted, 0.05, targets.judged, 10)[0]) == pytest.approx(float(base[0]))
+    boosted[ROW["d20"]] = q[0] * 10  # not judged for query 0
+    assert float(negative_summary(q, boosted, 0.05, targets.judged, 10)[0]) > float(base[0]) + 10
+
+
+def test_a_query_without_negatives_gets_the_empty_summary():
+    passages = _corpus(torch.float64)[:3]
+    targets = corpus_targets([["d0"]], [{"d1", "d2"}], {p: i for i, p in enumerate(IDS[:3])})
+    q = torch.randn(1, H, dtype=torch.float64, requires_grad=True)
+    for summary in ("lse", "max"):
+        value = negative_summary(q, passages, 0.05, targets.judged, 2, summary)
+        assert float(value.detach()) < -1e29
+        value.sum().backward()
+        assert torch.isfinite(q.grad).all()
+
+
+def test_bad_input_names_the_problem():
+    with pytest.raises(ValueError, match="not in the corpus"):
+        corpus_targets([["nope"]], [set()], ROW)
+    with pytest.raises(ValueError, match="no positive"):
+        corpus_targets([[]], [set()], ROW)
+    q = torch.randn(1, H)
+    with pytest.raises(ValueError, match="unknown negative summary"):
+        negative_summary(q, _corpus(torch.float32), 0.05, torch.zeros(0, 2, dtype=torch.long), 8, "mean")
+    with pytest.raises(ValueError, match="chunk_size"):
+        negative_summary(q, _corpus(torch.float32), 0.05, torch.zeros(0, 2, dtype=torch.long), 0)
