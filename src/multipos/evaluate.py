@@ -29,14 +29,14 @@ def evaluate(cfg: DictConfig) -> dict:
     """
     out = Path(cfg.paths.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    evaluation = Evaluation.from_config(cfg)
+    evaluation = Evaluation.from_node(cfg.eval, cfg.get("run_name"))
     sets = evaluation.test_sets
     if not sets:
         raise ValueError("no eval set selected: use eval=<set> (e.g. eval=nfcorpus_test) or eval=[<set>,<set>]")
     if cfg.get("run_file"):
         results = score_run_file(cfg.run_file, sets, out)
     else:
-        results = evaluation.evaluate(load_model(cfg), out, cache_dir(), sets)
+        results = evaluation.evaluate(load_model(cfg.model, cfg.get("wise_ft")), out, cache_dir(), sets)
     refs = {}
     if evaluation.references:
         zs = cfg.get("zero_shot_model")
@@ -48,16 +48,16 @@ def evaluate(cfg: DictConfig) -> dict:
     return results
 
 
-def load_model(cfg: DictConfig):
-    """``cfg.model`` instantiated, then interpolated toward ``wise_ft.start`` when ``wise_ft.alpha`` < 1
+def load_model(model_cfg: DictConfig, wise_ft: DictConfig | None = None):
+    """The ``model`` node instantiated, then interpolated toward ``wise_ft.start`` when ``wise_ft.alpha`` < 1
     (:func:`multipos.model.interpolation.interpolate_toward_start`). Raises ValueError when ``wise_ft.alpha`` < 1
     without ``wise_ft.start`` (the starting checkpoint cannot be guessed from a fine-tuned folder)."""
-    model = instantiate(cfg.model)
-    wise = cfg.get("wise_ft") or {}
+    model = instantiate(model_cfg)
+    wise = wise_ft or {}
     alpha = float(wise.get("alpha", 1.0))
     if alpha != 1.0:
         if not wise.get("start"):
-            raise ValueError(f"wise_ft.alpha={alpha} needs wise_ft.start=<the checkpoint {cfg.model.name_or_path} "
+            raise ValueError(f"wise_ft.alpha={alpha} needs wise_ft.start=<the checkpoint {model_cfg.name_or_path} "
                              "was fine-tuned from> (e.g. wise_ft.start=all-MiniLM-L6-v2)")
         interpolate_toward_start(model, model.starting_point(wise.start), alpha)
     return model

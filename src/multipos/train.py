@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
@@ -48,44 +49,182 @@ from multipos.evaluation.runner import Evaluation
 from multipos.hardware import return_freed_memory, set_torch_threads
 from multipos.model.interpolation import interpolate_toward_start
 from multipos.model.packing import check_pack_sequences
-from multipos.runs.folder import write_run_info
+from multipos.runs.folder import RunFolder, write_run_info
 from multipos.runs.lifecycle import close_run, open_run, write_spec
+from multipos.runs.spec import RunSpec, run_spec
 from multipos.training.distributed import check_launch, device_description, is_rank_zero, trainer_world_size
-from multipos.training.fit import run_stage
+from multipos.training.fit import FitPlan, StageRun, TrainingParts, run_stage
 from multipos.training.loggers import log_final_metrics
 from multipos.training.passage_index import check_settings as check_passages
 from multipos.training.passage_index import for_training as frozen_passage_index
-from multipos.training.stages import plan, schedule_spans
+from multipos.training.stages import Stage, plan, schedule_spans
 
 log = logging.getLogger(__name__)
 
-def output_dir(cfg: DictConfig) -> Path:
-    """The run directory ``cfg.paths.output_dir`` (Hydra's run dir under ``train.py``)."""
-    return Path(cfg.paths.output_dir)
-
-
-def start_weights(cfg: DictConfig) -> dict:
-    """Keyword arguments that make ``cfg.model`` start from ``cfg.init_from`` (a trained model folder, e.g.
-    another study's ``<run>/model``) instead of ``model.name_or_path``; ``{}`` when ``init_from`` is unset.
-
-    The zero-shot reference row stays ``model.name_or_path`` (the un-fine-tuned encoder). With
-    ``trainer.max_epochs=0`` a run trains nothing and only evaluates those weights: Table 3 evaluates Table 2's
-    models this way (``conf/experiment/table3_ood.yaml``).
+def _start_weights(init_from: str | None) -> dict:
+    """Keyword arguments that make the model start from ``init_from`` (a trained model folder, e.g. another study's
+    ``<run>/model``) instead of ``model.name_or_path``; ``{}`` when it is unset.
 
     Raises: FileNotFoundError naming ``init_from`` when the folder does not exist.
     """
-    init = cfg.get("init_from")
-    if not init:
+    if not init_from:
         return {}
-    if not Path(init).is_dir():
-        raise FileNotFoundError(f"init_from={init}: no such model folder (a finished run's <run dir>/model; train "
-                                f"the run it names first, e.g. the study it belongs to with `python train.py -m "
+    if not Path(init_from).is_dir():
+        raise FileNotFoundError(f"init_from={init_from}: no such model folder (a finished run's <run dir>/model; "
+                                f"train the run it names first, e.g. the study it belongs to with `python train.py -m "
                                 f"experiment=<study>`)")
-    return {"name_or_path": str(init)}
+    return {"name_or_path": str(init_from)}
+
+
+@dataclass
+class TrainingJob:
+    """The training job as typed pieces, built by :meth:`setup`, the only reader of the composed config; :meth:`run`
+    trains and evaluates.
+
+    ``spec``: what the run computes (:class:`multipos.runs.spec.RunSpec`); ``folder``: the run folder and how it is
+    treated; ``stages``: the stage plan; ``fit``: how each stage is trained (:class:`multipos.training.fit.FitPlan`);
+    ``data`` / ``model``: the config nodes of the data module and the encoder, instantiated as they are (the model
+    with ``start_weights``); ``evaluation``: the evaluation sets and their search; ``passages``: the passage side
+    (the ``passages`` node: query-side fine-tuning's frozen index, or two-tower); ``seed``; ``wise_ft``:
+    (alpha, start) of WiSE-FT after training; ``threads``, ``return_freed_memory``, ``pack_sequences``: speed and
+    memory settings; ``prepare_only``: stop once the caches hold what training reads.
+    """
+
+    spec: RunSpec
+    folder: RunFolder
+    stages: list[Stage]
+    fit: FitPlan
+    data: DictConfig
+    model: DictConfig
+    start_weights: dict
+    evaluation: Evaluation
+    passages: DictConfig | None
+    seed: int
+    wise_ft: tuple[float, str]
+    threads: int | None = None
+    return_freed_memory: bool = False
+    pack_sequences: int = 0
+    prepare_only: bool = False
+
+    @classmethod
+    def setup(cls, cfg: DictConfig) -> TrainingJob:
+        """Read the composed config once into typed pieces. Configuration errors surface here, before anything is
+        written: ValueError for an invalid stage plan, passage side or speed setting, FileNotFoundError for a
+        missing ``init_from`` folder, what instantiating an evaluation set raises."""
+        init_from = cfg.get("init_from")
+        start_weights = _start_weights(init_from)  # a missing folder fails before anything is written
+        stages = plan(cfg.stages, evaluate_only=bool(init_from))
+        passages = cfg.get("passages")
+        check_passages(passages)
+        out = Path(cfg.paths.output_dir)
+        logger = cfg.get("logger")
+        record = {}  # what a W&B run records: the resolved config (other loggers record nothing)
+        if logger and "wandb" in str(logger.get("_target_", "")).lower():
+            record = OmegaConf.to_container(cfg, resolve=True)
+            record.pop("hydra", None)
+        frozen = bool(passages and passages.get("frozen"))
+        wise = cfg.get("wise_ft") or {}
+        return cls(
+            spec=run_spec(cfg),
+            folder=RunFolder(out=out, writer=is_rank_zero(), resume=bool(cfg.get("resume", True)),
+                             reuse_equivalent=bool(cfg.get("reuse_equivalent", False)),
+                             keep_checkpoints=bool(OmegaConf.select(cfg, "size.keep_checkpoints", default=True)),
+                             experiment=cfg.get("experiment_name")),
+            stages=stages,
+            fit=FitPlan(out=out, trainer=cfg.trainer, callbacks=cfg.get("callbacks"), logger=logger,
+                        loss=cfg.loss, module=cfg.module, config_record=record,
+                        passages={"candidates": passages.candidates, "chunk_size": passages.get("chunk_size") or 65536}
+                        if frozen else {}),
+            data=cfg.data, model=cfg.model, start_weights=start_weights,
+            evaluation=Evaluation.from_node(cfg.eval, cfg.get("run_name")),  # the sets' errors, before any write
+            passages=passages, seed=int(cfg.seed),
+            wise_ft=(float(wise.get("alpha", 1.0)), wise.get("start") or cfg.model.name_or_path),
+            threads=cfg.get("threads"), return_freed_memory=bool(cfg.get("return_freed_memory", False)),
+            pack_sequences=check_pack_sequences(cfg.get("pack_sequences")),  # a speed setting, like threads
+            prepare_only=bool(cfg.get("prepare_only")),
+        )
+
+    def run(self) -> dict | None:
+        """Train the stages, then evaluate; see :func:`train`."""
+        out, zero, start = self.folder.out, self.folder.writer, time.time()
+        threads = set_torch_threads(self.threads)
+        return_freed_memory(self.return_freed_memory)  # a memory setting (threads: a speed one)
+        run = open_run(self.spec, self.folder, self.stages, device=device_description() + threads, started=start)
+        if run.done:  # finished here before, or copied from an equivalent run
+            return run.metrics
+        L.seed_everything(self.seed, workers=True)
+        datamodule = instantiate(self.data, seed=self.seed)
+        world = trainer_world_size(self.fit.trainer)  # data-parallel processes: optimizer steps per epoch per rank
+        check_launch(world)
+        # data errors here
+        stages = self.stages
+        steps = [datamodule.steps_per_epoch(s.regime, world) * s.epochs if s.epochs else 0 for s in stages]
+        noise = getattr(datamodule.source, "label_noise", None)
+        if noise is not None and zero:  # which positives were replaced, per query: the run can be audited
+            atomic.write_json(out / "label_noise.json", {"rate": noise.rate, "kind": noise.kind, "seed": noise.seed,
+                                                         "queries": noise.record})
+        spans = schedule_spans(stages, steps)
+        model = instantiate(self.model, **self.start_weights)  # checkpoint and tokenizer errors, before any write
+        model.pack_sequences = self.pack_sequences
+        datamodule.use_encoder_inputs(model)  # its tokenizer and prompts
+        index = None
+        if any(s.epochs > 0 for s in stages):  # query-side: freeze E_d, encode the corpus once (the embedding cache)
+            index = frozen_passage_index(self.passages, model, datamodule.corpus, cache_dir())
+            datamodule.tokenize_passages = index is None
+        out.mkdir(parents=True, exist_ok=True)
+        info = run.info
+        if zero:
+            write_spec(out, run.spec)
+            write_run_info(out, info)
+
+        evaluation = self.evaluation
+        refs = {}
+        if evaluation.references and zero:
+            ref_file = out / "references.json"
+            refs = json.loads(ref_file.read_text()) if ref_file.is_file() else evaluation.reference_rows(
+                instantiate(self.model), out=out / "references")  # per-query values for paired tests
+            atomic.write_json(ref_file, refs)
+        if self.prepare_only:
+            info.update(status="prepared", wall_s=round(info["wall_s"] + time.time() - start, 1))
+            if zero:
+                write_run_info(out, info)
+            log.info("prepared in %.0f s (prepare_only=true): the caches hold what training and evaluation read; "
+                     "the same command without prepare_only trains", time.time() - start)
+            return None
+
+        parts = TrainingParts(model=model, datamodule=datamodule, evaluation=evaluation, index=index,
+                              n_stages=len(stages))
+        opt_state, records = None, []
+        for i, stage in enumerate(stages):
+            if stage.epochs <= 0:
+                continue
+            opt_state, record = run_stage(self.fit, parts, StageRun(i, stage, spans[i], opt_state))
+            records.append(record)
+            log.info("stage %d: %d training queries, %d positive labels", i + 1, record.get("training_queries", 0),
+                     record.get("positive_labels", 0))
+        if not zero:
+            return None
+        alpha, start_point = self.wise_ft  # WiSE-FT toward the starting checkpoint; alpha 1 changes nothing
+        if alpha != 1.0:
+            interpolate_toward_start(model, model.starting_point(start_point), alpha)
+        model.save_pretrained(out / "model")
+
+        results = evaluation.evaluate(model, out, cache_dir())
+        resumed_from = [r["resumed_from"] for r in records if r.get("resumed_from")]
+        info.update(stage_records=records, wall_s=round(info["wall_s"] + time.time() - start, 1),
+                    resumed=bool(resumed_from), resumed_from=resumed_from)
+        text = evaluation.write(out, results, refs,
+                                extra_lines=[f"wall time {info['wall_s']:.0f} s on {info['device']}"])
+        close_run(out, info, keep_checkpoints=self.folder.keep_checkpoints)
+        log_final_metrics(results)  # W&B: test/<set>/<metric>, then the run is closed
+        print("\n" + text + "\n")
+        print(f"run directory: {out}")
+        return results
 
 
 def train(cfg: DictConfig) -> dict | None:
-    """Run the main job described in the module docstring; returns the metrics dict written to ``metrics.json``.
+    """Run the main job described in the module docstring (:meth:`TrainingJob.setup`, then :meth:`TrainingJob.run`);
+    returns the metrics dict written to ``metrics.json``.
 
     Data-parallel training (``trainer=ddp``): every process runs this function (Lightning's launcher starts the
     others at the first ``fit``, re-running the command) and trains; only global rank 0 writes files and runs the
@@ -93,84 +232,7 @@ def train(cfg: DictConfig) -> dict | None:
 
     Raises: ValueError / DataFormatError for invalid configuration or data, before anything is written.
     """
-    out = output_dir(cfg)
-    start = time.time()
-    weights = start_weights(cfg)  # init_from: a missing folder fails before anything is written
-    stages = plan(cfg.stages, evaluate_only=bool(cfg.get("init_from")))  # configuration errors first
-    check_passages(cfg.get("passages"))
-    zero = is_rank_zero()
-    threads = set_torch_threads(cfg.get("threads"))
-    return_freed_memory(cfg.get("return_freed_memory", False))  # a memory setting (threads: a speed one)
-    packing = check_pack_sequences(cfg.get("pack_sequences"))  # a speed setting, like threads
-    run = open_run(cfg, out, stages, writer=zero, device=device_description() + threads, started=start)
-    if run.done:  # finished here before, or copied from an equivalent run
-        return run.metrics
-    L.seed_everything(cfg.seed, workers=True)
-    datamodule = instantiate(cfg.data, seed=cfg.seed)
-    world = trainer_world_size(cfg.trainer)  # data-parallel processes: optimizer steps per epoch per rank
-    check_launch(world)
-    # data errors here
-    steps = [datamodule.steps_per_epoch(s.regime, world) * s.epochs if s.epochs else 0 for s in stages]
-    noise = getattr(datamodule.source, "label_noise", None)
-    if noise is not None and zero:  # which positives were replaced, per query: the run can be audited
-        atomic.write_json(out / "label_noise.json", {"rate": noise.rate, "kind": noise.kind, "seed": noise.seed,
-                                                     "queries": noise.record})
-    spans = schedule_spans(stages, steps)
-    model = instantiate(cfg.model, **weights)  # checkpoint and tokenizer errors, before anything is written
-    model.pack_sequences = packing
-    datamodule.use_encoder_inputs(model)  # its tokenizer and prompts
-    evaluation = Evaluation.from_config(cfg)  # the sets: their errors, too, before anything is written
-    index = None
-    if any(s.epochs > 0 for s in stages):  # query-side: freeze E_d, encode the corpus once (the embedding cache)
-        index = frozen_passage_index(cfg.get("passages"), model, datamodule.corpus, cache_dir())
-        datamodule.tokenize_passages = index is None
-    out.mkdir(parents=True, exist_ok=True)
-    info = run.info
-    if zero:
-        write_spec(out, run.spec)
-        write_run_info(out, info)
-
-    refs = {}
-    if evaluation.references and zero:
-        ref_file = out / "references.json"
-        refs = json.loads(ref_file.read_text()) if ref_file.is_file() else evaluation.reference_rows(
-            instantiate(cfg.model), out=out / "references")  # per-query values for paired tests
-        atomic.write_json(ref_file, refs)
-    if cfg.get("prepare_only"):
-        info.update(status="prepared", wall_s=round(info["wall_s"] + time.time() - start, 1))
-        if zero:
-            write_run_info(out, info)
-        log.info("prepared in %.0f s (prepare_only=true): the caches hold what training and evaluation read; the "
-                 "same command without prepare_only trains", time.time() - start)
-        return None
-
-    opt_state, records = None, []
-    for i, stage in enumerate(stages):
-        if stage.epochs <= 0:
-            continue
-        opt_state, record = run_stage(cfg, out, i, stage, len(stages), model, datamodule, evaluation, spans[i],
-                                      opt_state, index)
-        records.append(record)
-        log.info("stage %d: %d training queries, %d positive labels", i + 1, record.get("training_queries", 0),
-                 record.get("positive_labels", 0))
-    if not zero:
-        return None
-    wise = cfg.get("wise_ft") or {}  # WiSE-FT toward the starting checkpoint; alpha 1 (default) changes nothing
-    alpha = float(wise.get("alpha", 1.0))
-    if alpha != 1.0:
-        interpolate_toward_start(model, model.starting_point(wise.get("start") or cfg.model.name_or_path), alpha)
-    model.save_pretrained(out / "model")
-
-    results = evaluation.evaluate(model, out, cache_dir())
-    resumed_from = [r["resumed_from"] for r in records if r.get("resumed_from")]
-    info.update(stage_records=records, wall_s=round(info["wall_s"] + time.time() - start, 1),
-                resumed=bool(resumed_from), resumed_from=resumed_from)
-    text = evaluation.write(out, results, refs, extra_lines=[f"wall time {info['wall_s']:.0f} s on {info['device']}"])
-    close_run(out, info, keep_checkpoints=OmegaConf.select(cfg, "size.keep_checkpoints", default=True))
-    log_final_metrics(results)  # W&B: test/<set>/<metric>, then the run is closed
-    print("\n" + text + "\n")
-    print(f"run directory: {out}")
-    return results
+    return TrainingJob.setup(cfg).run()
 
 
 def optimized_value(results: dict, key: str | None) -> float | None:

@@ -58,7 +58,7 @@ def test_dense_run_on_tiny_beir(tiny_beir, tiny_bert):
 
 
 def test_evaluation_reads_the_sets_and_retrieval_settings_once_from_the_config():
-    """``Evaluation.from_config``: the validation set first in ``sets``, then the test sets; ``retrieval`` holds
+    """``Evaluation.from_node``: the validation set first in ``sets``, then the test sets; ``retrieval`` holds
     exactly the keyword arguments ``dense_run`` takes (so the final evaluation and the per-epoch dev retrieval use the
     same settings)."""
     import inspect
@@ -67,7 +67,7 @@ def test_evaluation_reads_the_sets_and_retrieval_settings_once_from_the_config()
     from tests.helpers import compose_cfg
 
     cfg = compose_cfg("train", ["eval=main"])
-    ev = Evaluation.from_config(cfg)
+    ev = Evaluation.from_node(cfg.eval, cfg.get("run_name"))
     assert ev.validation is not None and ev.validation.name == cfg.eval.validation.name
     assert [es.name for es in ev.sets] == [ev.validation.name] + [s.name for s in cfg.eval.test_sets.values()]
     assert set(ev.retrieval) <= set(inspect.signature(dense_run).parameters)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from omegaconf import OmegaConf
 
 from multipos.report.render import render_sweep
 from multipos.runs.find import find_runs, sweep_runs
@@ -63,15 +62,14 @@ def sweep(tmp_path, monkeypatch):
 
 def test_training_reuse_report_and_finder_agree_on_every_state(sweep, tmp_path):
     finished = {name for name, (_, _, done) in STATES.items() if done}
-    cfg = OmegaConf.create({"resume": True})
     for name, (_, _, done) in STATES.items():
         d = sweep / name
         assert is_finished(d) is done, name
         if name == "other_config":  # training refuses to touch a finished run of another configuration
             with pytest.raises(ValueError, match="another configuration"):
-                prepare_run_dir(cfg, d, HASH)
+                prepare_run_dir(d, HASH)
         else:
-            assert prepare_run_dir(cfg, d, HASH)[1] is done, name  # training: skip (finished) or resume
+            assert prepare_run_dir(d, HASH)[1] is done, name  # training: skip (finished) or resume
         register(KEY, d)  # reuse: only finished runs with the key enter the index and come back from it
     found = find_equivalent(KEY, tmp_path / "new_run")
     assert found is not None and found.name in {"complete", "reused"}
@@ -104,7 +102,7 @@ def test_a_folder_keyed_before_specs_is_refused_with_the_migration_command(tmp_p
     write_run_info(run, {"status": "complete", "config_hash": "h-old"})
     (run / "metrics.json").write_text("{}")
     with pytest.raises(ValueError, match=r"python -m multipos.runs.migrate .*sweep"):
-        prepare_run_dir(OmegaConf.create({"resume": True}), run, "h-new")
+        prepare_run_dir(run, "h-new")
 
 
 def test_a_refused_configuration_leaves_the_hydra_files_of_the_run_that_is_there(tmp_path):
@@ -114,16 +112,15 @@ def test_a_refused_configuration_leaves_the_hydra_files_of_the_run_that_is_there
     hydra.mkdir(parents=True)
     (hydra / "config.yaml").write_text("lr: 1\n")
     (hydra / "overrides.yaml").write_text("- lr=1\n")
-    cfg = OmegaConf.create({"resume": True})
-    assert prepare_run_dir(cfg, run, "h-one") == ({}, False)  # accepted: its files are kept
+    assert prepare_run_dir(run, "h-one") == ({}, False)  # accepted: its files are kept
     write_run_info(run, {"status": "complete", "run_key": "h-one"})
     (run / "metrics.json").write_text("{}")
     (hydra / "config.yaml").write_text("lr: 2\n")  # what Hydra does for the next job in this folder
     (hydra / "overrides.yaml").write_text("- lr=2\n")
     with pytest.raises(ValueError, match="another configuration"):
-        prepare_run_dir(cfg, run, "h-two")
+        prepare_run_dir(run, "h-two")
     assert (hydra / "config.yaml").read_text() == "lr: 1\n" and (hydra / "overrides.yaml").read_text() == "- lr=1\n"
-    assert is_finished(run) and prepare_run_dir(cfg, run, "h-one")[1]  # the same configuration is still skipped
+    assert is_finished(run) and prepare_run_dir(run, "h-one")[1]  # the same configuration is still skipped
 
 
 def test_without_a_kept_copy_the_refusal_says_that_hydra_replaced_the_files(tmp_path):
@@ -131,7 +128,7 @@ def test_without_a_kept_copy_the_refusal_says_that_hydra_replaced_the_files(tmp_
     (run / ".hydra").mkdir(parents=True)
     write_run_info(run, {"status": "complete", "run_key": "h-one"})
     with pytest.raises(ValueError, match="Hydra has already replaced"):
-        prepare_run_dir(OmegaConf.create({"resume": True}), run, "h-two")
+        prepare_run_dir(run, "h-two")
 
 
 def test_a_study_removes_the_resume_checkpoints_of_a_finished_run(tiny_beir, tiny_bert, tmp_path):
@@ -166,7 +163,7 @@ def test_a_run_brought_back_without_its_model_is_finished_but_never_a_reuse_sour
     info = {"status": "complete", "run_key": HASH, "equivalence_key": KEY}
     d = _folder(tmp_path / "archived-cpu-gpu", "brought_back", info, metrics=True, model=False)
     assert is_finished(d)
-    assert prepare_run_dir(OmegaConf.create({"resume": True}), d, HASH)[1] is True  # training skips it
+    assert prepare_run_dir(d, HASH)[1] is True  # training skips it
     register(KEY, d)
     assert find_equivalent(KEY, tmp_path / "new_run") is None
     done, not_done = sweep_runs(d.parent)

@@ -129,16 +129,16 @@ class Evaluation:
     tag: str = "multipos"
 
     @classmethod
-    def from_config(cls, cfg: DictConfig) -> Evaluation:
-        """From ``cfg.eval`` (sets instantiated; ``faiss`` options as a plain dict) and ``cfg.run_name``."""
-        ev = cfg.eval
+    def from_node(cls, ev: DictConfig, tag: str | None = None) -> Evaluation:
+        """From the ``eval`` config node (sets instantiated; ``faiss`` options as a plain dict) and the run tag of
+        written TREC runs (``run_name``; None: ``multipos``). Raises what instantiating a set raises."""
         return cls(validation=instantiate(ev.validation) if ev.get("validation") else None,
                    test_sets=[instantiate(s) for s in (ev.get("test_sets") or {}).values()],
                    retrieval=dict(k=ev.k, batch_size=ev.batch_size, bf16=ev.bf16,
                                   passage_max_length=ev.passage_max_length, index=ev.index,
                                   index_options=OmegaConf.to_container(ev.faiss) if ev.get("faiss") else {}),
                    average=ev.get("average") or None, references=bool(ev.get("references")),
-                   tag=str(cfg.get("run_name") or "multipos"))
+                   tag=str(tag or "multipos"))
 
     @property
     def sets(self) -> list[EvalSet]:

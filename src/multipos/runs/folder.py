@@ -20,13 +20,30 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from multipos import atomic
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RUN_INFO", "METRICS", "read_json", "read_run_info", "write_run_info", "keep_hydra_files",
+
+@dataclass(frozen=True)
+class RunFolder:
+    """Where a run lives and how its folder is treated: ``out`` (the run directory), ``writer`` (this process writes
+    it: global rank 0 under DDP), ``resume`` (re-running resumes or skips a finished run; false trains it again from
+    scratch), ``reuse_equivalent`` (copy a finished run with the same equivalence key instead of training),
+    ``keep_checkpoints`` (false: a finished run's resume checkpoints are deleted) and ``experiment`` (the study's
+    name, recorded in ``run_info.json``)."""
+
+    out: Path
+    writer: bool = True
+    resume: bool = True
+    reuse_equivalent: bool = False
+    keep_checkpoints: bool = True
+    experiment: str | None = None
+
+__all__ = ["RUN_INFO", "METRICS", "RunFolder", "read_json", "read_run_info", "write_run_info", "keep_hydra_files",
            "restore_hydra_files", "is_finished", "prepare_run_dir", "remove_checkpoints"]
 
 RUN_INFO = "run_info.json"
@@ -106,19 +123,19 @@ def is_finished(run_dir: str | Path, key: str | None = None) -> bool:
             and (key is None or info.get("equivalence_key") == key))
 
 
-def prepare_run_dir(cfg, out: Path, digest: str, writer: bool = True) -> tuple[dict, bool]:
+def prepare_run_dir(out: Path, digest: str, resume: bool = True, writer: bool = True) -> tuple[dict, bool]:
     """Check the run directory against this run (its key ``digest``, :meth:`multipos.runs.spec.RunSpec.key`) →
     (previous run_info, finished).
 
     Raises ValueError when the folder holds a run with another key, or one keyed before run keys were specs
-    (:mod:`multipos.runs.migrate` re-keys it), and ``resume`` is on: nothing is
+    (:mod:`multipos.runs.migrate` re-keys it), and ``resume`` is true: nothing is
     overwritten, and the ``.hydra/`` files Hydra already replaced before the job started are put back
     (:func:`restore_hydra_files`). An accepted folder keeps a copy of them
     (:func:`keep_hydra_files`). With ``resume=false`` earlier checkpoints and CSV logs are
     removed first. ``writer``: this process writes the run folder (global rank 0 under DDP; the others only read).
     """
     info = read_run_info(out)
-    if not cfg.get("resume", True):
+    if not resume:
         if writer:
             shutil.rmtree(out / "checkpoints", ignore_errors=True)
             shutil.rmtree(out / "csv", ignore_errors=True)  # the CSV logger appends to a resumed run's log

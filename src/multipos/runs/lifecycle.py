@@ -8,12 +8,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import DictConfig
-
 from multipos import atomic
-from multipos.runs.folder import METRICS, prepare_run_dir, read_json, remove_checkpoints, write_run_info
+from multipos.runs.folder import METRICS, RunFolder, prepare_run_dir, read_json, remove_checkpoints, write_run_info
 from multipos.runs.reuse import adopt, find_equivalent, register
-from multipos.runs.spec import SPEC_FILE, SPEC_VERSION, run_spec
+from multipos.runs.spec import SPEC_FILE, SPEC_VERSION, RunSpec
 
 log = logging.getLogger(__name__)
 
@@ -43,22 +41,22 @@ def write_spec(out: Path, spec: dict) -> None:
     atomic.write_json(Path(out) / SPEC_FILE, spec)
 
 
-def open_run(cfg: DictConfig, out: Path, stages: list, writer: bool, device: str, started: float) -> RunStart:
+def open_run(spec: RunSpec, folder: RunFolder, stages: list, device: str, started: float) -> RunStart:
     """Decide what a run directory needs before anything trains: skip a finished run, copy an equivalent one, or
     train (fresh or resumed).
 
-    The run's :class:`multipos.runs.spec.RunSpec` is written to ``spec.json``; its key guards the folder and its
-    equivalence key finds runs to copy. ``stages``: the :class:`multipos.training.stages.Stage` plan; ``writer``: this
-    process writes files (global rank 0); ``device``: the run's device description;
-    ``started``: ``time.time()`` when the job started (the wall time of a copied run).
+    ``spec``: what the run computes; its key guards the folder and its equivalence key finds runs to copy.
+    ``folder``: the run folder and how it is treated; ``stages``: the :class:`multipos.training.stages.Stage` plan;
+    ``device``: the run's device description; ``started``: ``time.time()`` when the job started (the wall time of a
+    copied run).
     Raises ValueError (from :func:`multipos.runs.folder.prepare_run_dir`) when ``out`` holds a run of another
     configuration.
     """
-    spec = run_spec(cfg)
+    out, writer = folder.out, folder.writer
     digest, key = spec.key(), spec.equivalence_key()
-    previous, finished = prepare_run_dir(cfg, out, digest, writer=writer)
+    previous, finished = prepare_run_dir(out, digest, resume=folder.resume, writer=writer)
     info = {"status": "running", "run_key": digest, "equivalence_key": key, "spec_version": SPEC_VERSION,
-            "experiment": cfg.get("experiment_name"), "seed": int(cfg.seed), "device": device,
+            "experiment": folder.experiment, "seed": int(spec.seed), "device": device,
             "wall_s": float(previous.get("wall_s", 0.0)), "stages": [s.describe() for s in stages],
             "resumed": bool(previous)}
     if finished:  # skipped: its index entry is written again (runs from before the key existed get theirs here)
@@ -67,7 +65,7 @@ def open_run(cfg: DictConfig, out: Path, stages: list, writer: bool, device: str
             write_run_info(out, {**previous, "equivalence_key": key})
         info, metrics = previous, read_json(out / METRICS)
     else:
-        reuse = cfg.get("reuse_equivalent", False) and cfg.get("resume", True)  # resume=false: train it again
+        reuse = folder.reuse_equivalent and folder.resume  # resume=false: train it again
         source = find_equivalent(key, out) if reuse else None
         if source is None:
             return RunStart(info, spec=spec.to_dict())

@@ -1,6 +1,9 @@
-"""One training stage, as the driver (:mod:`multipos.train`) runs it: its callbacks (dev retrieval, the best-dev and
-the resume checkpoints, RNG states, anything else ``cfg.callbacks`` names), its Lightning Trainer, ``fit`` resumed
-from the stage's newest checkpoint, and the checkpoint it keeps (best on dev, or last).
+"""One training stage, as the training job (:mod:`multipos.train`) runs it: its callbacks (dev retrieval, the best-dev
+and the resume checkpoints, RNG states, anything else the ``callbacks`` node names), its Lightning Trainer, ``fit``
+resumed from the stage's newest checkpoint, and the checkpoint it keeps (best on dev, or last).
+
+The job hands this module typed pieces: a :class:`FitPlan` (the config nodes instantiated here, as they are), the
+:class:`TrainingParts` built once per run, and one :class:`StageRun` per stage.
 """
 
 from __future__ import annotations
@@ -8,7 +11,9 @@ from __future__ import annotations
 import json
 import logging
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 from hydra.utils import instantiate
@@ -30,8 +35,51 @@ RESUME_FILENAME = "resume-{epoch}-{step}"
 _STEP = re.compile(r"(?:^|-)step=(\d+)(?:-v\d+)?\.ckpt$")
 
 
-def build_callbacks(cfg: DictConfig, stage_dir: Path, evaluation=None) -> tuple[list, object | None]:
-    """The stage's callbacks from ``cfg.callbacks`` → (callbacks, the best-checkpoint callback or None).
+@dataclass(frozen=True)
+class FitPlan:
+    """How every stage of a run is trained: the run folder ``out`` and the config nodes instantiated for each stage
+    as they are — ``trainer`` (a Lightning Trainer), ``callbacks``, ``logger`` (None: no logger), ``loss`` (a
+    :class:`multipos.losses.ContrastiveLoss`, named per stage) and ``module`` (a partial
+    :class:`multipos.training.module.RetrieverModule`); ``passages``: the module's passage-side settings of
+    query-side fine-tuning (``candidates``, ``chunk_size``; empty for two-tower training); ``config_record``: the
+    resolved config a W&B logger records (:func:`multipos.training.loggers.log_config`)."""
+
+    out: Path
+    trainer: DictConfig
+    callbacks: DictConfig | None
+    logger: DictConfig | None
+    loss: DictConfig
+    module: DictConfig
+    passages: dict = field(default_factory=dict)
+    config_record: dict = field(default_factory=dict)
+
+
+@dataclass
+class TrainingParts:
+    """What the stages of one run share: the model, the data module, the job's
+    :class:`multipos.evaluation.runner.Evaluation`, the frozen passage index of query-side fine-tuning (or None) and
+    the number of stages in the plan."""
+
+    model: Any
+    datamodule: Any
+    evaluation: Any
+    index: Any = None
+    n_stages: int = 1
+
+
+@dataclass
+class StageRun:
+    """One stage to run: its position ``i`` in the plan, the :class:`multipos.training.stages.Stage`, its span of the
+    learning-rate schedule (first step, total steps) and the optimizer state the stage before it left (or None)."""
+
+    i: int
+    stage: Stage
+    span: tuple[int, int]
+    optimizer_state: dict | None = None
+
+
+def build_callbacks(callbacks_cfg: DictConfig | None, stage_dir: Path, evaluation=None) -> tuple[list, object | None]:
+    """The stage's callbacks from the ``callbacks`` node → (callbacks, the best-checkpoint callback or None).
 
     ``evaluation``: the job's :class:`multipos.evaluation.runner.Evaluation` (its validation set and retrieval
     settings), or None for a stage without dev retrieval.
@@ -42,7 +90,7 @@ def build_callbacks(cfg: DictConfig, stage_dir: Path, evaluation=None) -> tuple[
     ``every_n_train_steps`` steps, for resuming (:func:`newest_checkpoint`). Every other entry
     with a ``_target_`` (e.g. ``gradient_diagnostics``, ``callbacks=diagnostics``) is instantiated as is.
     """
-    cbs = cfg.get("callbacks") or {}
+    cbs = callbacks_cfg or {}
     callbacks, best = [], None
     val_set = evaluation.validation if evaluation is not None else None
     if val_set is not None and cbs.get("retrieval_validation"):
@@ -65,9 +113,9 @@ def build_callbacks(cfg: DictConfig, stage_dir: Path, evaluation=None) -> tuple[
     return callbacks, best
 
 
-def build_trainer(cfg: DictConfig, out: Path, max_epochs: int, callbacks: list, stage: str | None = None,
+def build_trainer(plan: FitPlan, max_epochs: int, callbacks: list, stage: str | None = None,
                   **overrides) -> L.Trainer:
-    """Instantiate ``cfg.trainer`` for one stage with the logger and the stage's callbacks.
+    """Instantiate ``plan.trainer`` for one stage with the logger and the stage's callbacks.
 
     ``stage`` (multi-stage runs) becomes the logger's ``version`` so stages log side by side
     (``csv/stage1/metrics.csv``, ``csv/stage2/…``) instead of overwriting each other, or its metric ``prefix``
@@ -77,13 +125,13 @@ def build_trainer(cfg: DictConfig, out: Path, max_epochs: int, callbacks: list, 
     (:class:`multipos.atomic.AtomicCheckpointIO`).
     """
     logger = False
-    if cfg.get("logger"):
-        key = next((k for k in ("version", "prefix") if k in cfg.logger), None)
+    if plan.logger:
+        key = next((k for k in ("version", "prefix") if k in plan.logger), None)
         extra = {key: stage} if stage is not None and key else {}
-        logger = instantiate(cfg.logger, **extra)
-        log_config(logger, cfg)
-    return instantiate(cfg.trainer, default_root_dir=str(out), logger=logger,
-                       callbacks=[*callbacks, *progress_bar(cfg.trainer)], max_epochs=max_epochs,
+        logger = instantiate(plan.logger, **extra)
+        log_config(logger, plan.config_record)
+    return instantiate(plan.trainer, default_root_dir=str(plan.out), logger=logger,
+                       callbacks=[*callbacks, *progress_bar(plan.trainer)], max_epochs=max_epochs,
                        plugins=[atomic.AtomicCheckpointIO()], **overrides)
 
 
@@ -102,14 +150,14 @@ def progress_bar(trainer_cfg: DictConfig) -> list:
     return [LoggedProgressBar(refresh_rate=max(1, int(trainer_cfg.get("log_every_n_steps") or 1)))]
 
 
-def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, model, datamodule, evaluation,
-              span: tuple[int, int], optimizer_state: dict | None, index=None) -> tuple[dict | None, dict]:
-    """Train (or resume, or skip when finished) stage ``i`` → (optimizer state after it, stage record).
+def run_stage(plan: FitPlan, parts: TrainingParts, run: StageRun) -> tuple[dict | None, dict]:
+    """Train (or resume, or skip when finished) the stage ``run`` → (optimizer state after it, stage record).
 
-    ``evaluation``: the job's :class:`multipos.evaluation.runner.Evaluation` (dev retrieval each epoch when the
-    stage keeps its best dev checkpoint).
-    ``index``: the frozen passage index of query-side fine-tuning (:mod:`multipos.training.passage_index`), or None."""
-    stage_dir = out / "checkpoints" / f"stage{i + 1}"
+    Dev retrieval runs each epoch (``parts.evaluation``'s validation set) when the stage keeps its best dev
+    checkpoint. Raises TypeError when ``plan.loss`` does not build a :class:`multipos.losses.ContrastiveLoss`."""
+    i, stage, span, optimizer_state = run.i, run.stage, run.span, run.optimizer_state
+    model, datamodule, evaluation, n_stages = parts.model, parts.datamodule, parts.evaluation, parts.n_stages
+    stage_dir = plan.out / "checkpoints" / f"stage{i + 1}"
     kept_file = stage_dir / "kept.json"
     if kept_file.is_file():
         kept = json.loads(kept_file.read_text())
@@ -129,20 +177,21 @@ def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, m
              "(schedule steps %d..%d)", i + 1, n_stages, stage.name, stage.regime, stage.objective,
              stage.single_positive, stage.epochs, stage.optimizer, stage.lr_schedule, span[0], span[1])
     # keep=last: no dev retrieval during the stage (nothing to select); the final evaluation still scores dev
-    callbacks, best = build_callbacks(cfg, stage_dir, evaluation if stage.keep == "best" else None)
+    callbacks, best = build_callbacks(plan.callbacks, stage_dir, evaluation if stage.keep == "best" else None)
     # conf/loss/<name>.yaml builds the loss; a stage may train another objective with the same settings
     # (the curriculum's gold stage: SingleLH), so the stage's objective names it
-    objective = instantiate(cfg.loss, name=stage.objective)
+    objective = instantiate(plan.loss, name=stage.objective)
     if not isinstance(objective, ContrastiveLoss):
-        raise TypeError(f"loss._target_={cfg.loss.get('_target_')!r} built {type(objective).__name__}, "
+        raise TypeError(f"loss._target_={plan.loss.get('_target_')!r} built {type(objective).__name__}, "
                         "not a multipos.losses.ContrastiveLoss")
-    module = instantiate(cfg.module)(model=model, loss=objective, lr=stage.lr, schedule_offset=span[0],
-                                     schedule_total=span[1] or None,
-                                     optimizer_state=optimizer_state if stage.optimizer == "carry" else None,
-                                     **passage_side(cfg, index))
+    passages = {"passage_index": parts.index, **plan.passages} if parts.index is not None else {}
+    module = instantiate(plan.module)(model=model, loss=objective, lr=stage.lr, schedule_offset=span[0],
+                                      schedule_total=span[1] or None,
+                                      optimizer_state=optimizer_state if stage.optimizer == "carry" else None,
+                                      **passages)
     # manual optimization (GradCache) clips in the module: Lightning refuses Trainer(gradient_clip_val) with it
     manual = {} if module.automatic_optimization else {"gradient_clip_val": None}
-    trainer = build_trainer(cfg, out, stage.epochs, [*callbacks, RNGStateCheckpoint()],
+    trainer = build_trainer(plan, stage.epochs, [*callbacks, RNGStateCheckpoint()],
                             stage=f"stage{i + 1}" if n_stages > 1 else None, **manual)
     check_refresh_callback(trainer, datamodule.source)  # a refresh period without its callback would never refresh
     last = stage_dir / "last.ckpt"
@@ -165,15 +214,6 @@ def run_stage(cfg: DictConfig, out: Path, i: int, stage: Stage, n_stages: int, m
     if is_rank_zero():
         atomic.write_json(kept_file, {"checkpoint": kept_path, "record": record})
     return opt_state, record
-
-
-def passage_side(cfg: DictConfig, index) -> dict:
-    """The module's passage-side arguments (``cfg.passages``): {} for two-tower training, else the frozen index,
-    the candidate set and the chunk size."""
-    if index is None:
-        return {}
-    return {"passage_index": index, "candidates": cfg.passages.candidates,
-            "chunk_size": cfg.passages.get("chunk_size") or 65536}
 
 
 def newest_checkpoint(stage_dir: Path) -> Path | None:

@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
-from omegaconf import DictConfig, OmegaConf
 
 
 def wandb_reachable(host: str = "api.wandb.ai", port: int = 443, timeout: float = 2.0) -> bool:
@@ -53,20 +52,14 @@ def wandb_logger(project: str = "multipos", name: str | None = None, save_dir: s
     return WandbLogger(project=project, name=name, save_dir=save_dir, offline=_offline(offline), **kwargs)
 
 
-def resolved_config(cfg: DictConfig) -> dict:
-    """The run's configuration as plain nested dicts with every interpolation resolved (the ``hydra`` node left out)."""
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    plain.pop("hydra", None)
-    return plain
-
-
-def log_config(logger, cfg: DictConfig) -> None:
-    """Record the full resolved config in a W&B logger's run config (other loggers: nothing; the run directory's
-    ``.hydra/config.yaml`` already holds it), so runs of a sweep can be filtered and grouped by any config key."""
+def log_config(logger, record: dict) -> None:
+    """Record the run's resolved config (``record``: plain nested dicts) in a W&B logger's run config (other loggers:
+    nothing; the run directory's ``.hydra/config.yaml`` already holds it), so runs of a sweep can be filtered and
+    grouped by any config key."""
     from lightning.pytorch.loggers import WandbLogger
 
     if isinstance(logger, WandbLogger):
-        logger.log_hyperparams(resolved_config(cfg))
+        logger.log_hyperparams(record)
 
 
 def _active_wandb_run():
