@@ -77,8 +77,9 @@ class RunResult:
         Keys of :data:`CONFIG_KEYS` come from :attr:`config` and are ``None`` when the run's config
         lacks them; any other dotted key is read unresolved from the raw config (an interpolation
         comes back as its ``${...}`` text), else from a ``key=value`` override of ``.hydra/overrides.yaml``
-        (a config-group choice such as ``budget=m2_f50``, which leaves no ``budget`` key in the composed
-        config); ``ValueError`` when it is in neither.
+        (a config-group choice, which leaves no key of its name in the composed config; sweeps made before a
+        study's cells were keys of its experiment, such as ``budget=m2_f50``); ``ValueError`` when it is in
+        neither.
         """
         key = KEY_ALIASES.get(key, key)
         if key in self.config:
