@@ -5,7 +5,7 @@ points (ρ, score of one seed); runs without noise (``data.source.label_noise`` 
 The slope is the ordinary least-squares fit of score on ρ over all those points (``scipy.stats.linregress``), with a
 two-sided 95 % confidence interval from the t distribution with n − 2 degrees of freedom: the score lost per unit ρ.
 
-    python -m multipos.report.noise multirun/label_noise-cpu multirun/query_side_objectives-cpu \\
+    python -m multipos.report.noise multirun/label_noise-cpu-query_side multirun/table2_homogeneous-cpu-query_side \\
         --out experiments/results/label_noise_slopes.md
 """
 
