@@ -81,3 +81,20 @@ def test_rendered_tables_of_a_migrated_archive_are_the_committed_ones(names, swe
     for stem in stems:
         for suffix in (".md", ".tex"):
             assert (out / f"{stem}{suffix}").read_text() == (RESULTS / f"{stem}{suffix}").read_text(), stem + suffix
+
+
+def test_a_spec_keyed_run_is_rekeyed_as_its_spec_says_it_was_resolved(tmp_path, monkeypatch):
+    """After ``SPEC_VERSION`` is raised, a run keyed by the earlier spec (no ``config_hash``) is resolved again with
+    the precision and bf16 encoding its ``spec.json`` recorded, not with this machine's."""
+    root = _extract(["cpu-query_side_objectives-2026-11-27"], tmp_path)
+    folder = migrate.run_dirs([root])[0]
+    info = json.loads((folder / "run_info.json").read_text())
+    spec = migrate.migrate_run(folder).to_dict()
+    spec["optimization"]["trainer"]["precision"], spec["evaluation"]["bf16"] = "bf16-mixed", True
+    (folder / "spec.json").write_text(json.dumps(spec))
+    info = {k: v for k, v in info.items() if k != "config_hash"}
+    (folder / "run_info.json").write_text(json.dumps({**info, "spec_version": 0}))
+    monkeypatch.setenv("MULTIPOS_BF16", "0")  # this machine would resolve fp32
+    rekeyed = migrate.migrate_run(folder)
+    assert rekeyed.optimization["trainer"]["precision"] == "bf16-mixed" and rekeyed.evaluation["bf16"] is True
+    assert json.loads((folder / "run_info.json").read_text())["run_key"] == rekeyed.key()

@@ -136,12 +136,20 @@ def _places(run_dir: Path, info: dict, roots: list[Path]) -> list[Path]:
 
 
 def run_config(run_dir: Path, info: dict, roots: list[Path] = ()) -> tuple[dict, tuple | None]:
-    """The run's config resolved as its machine resolved it → (plain dict, the machine of :data:`MACHINES`, or None
-    when the folder records no ``config_hash`` to tell it by, in which case the first machine's resolution comes
-    back, or when no machine gives that hash, in which case the dict is empty). ``roots``: folders that held sweeps
+    """The run's config resolved as its machine resolved it → (plain dict, the machine). A folder keyed by an earlier
+    spec version is resolved as its ``spec.json`` says (precision, bf16 encoding); a folder from before specs as the
+    machine of :data:`MACHINES` that gives its recorded ``config_hash`` again (an empty dict and None when none does);
+    a folder with neither comes back resolved as the first machine, with None. ``roots``: folders that held sweeps
     where the run may have run (:func:`_places`)."""
     cfg = OmegaConf.load(_config_file(run_dir))
     recorded = info.get("config_hash")
+    spec_file = run_dir / SPEC_FILE
+    if recorded is None and spec_file.is_file():  # keyed by an earlier spec: it says how its machine resolved
+        old = json.loads(spec_file.read_text())
+        machine = (old["optimization"]["trainer"].get("precision", "32-true"),
+                   bool(old["evaluation"].get("bf16", False)), 0)
+        with _resolving_as(machine, run_dir):
+            return OmegaConf.to_container(cfg, resolve=True), machine
     for place in _places(run_dir, info, list(roots)):
         for machine in MACHINES:
             with _resolving_as(machine, place):

@@ -16,9 +16,11 @@ and which module a class lives in (a ``_target_`` enters as its class name).
 
 The seeds of one report row are runs whose specs agree but for the seed (:func:`multipos.report.seeds.group_seeds`).
 
-Adding a setting that changes what runs compute means adding it here, with the value that computes what earlier
-runs computed as its default, and raising :data:`SPEC_VERSION`; ``python -m multipos.runs.migrate <sweep dir>``
-then re-keys finished runs from their own ``.hydra/config.yaml``. A setting that changes nothing is not added.
+A setting that changes nothing is not added. A new optional feature whose off value is null (inside a section the spec
+reads whole, such as ``data.source``) enters the spec only when it is set, so earlier runs keep their keys. Any other
+setting that changes what runs compute is added here, with the value that computes what earlier runs computed as
+its default, and :data:`SPEC_VERSION` is raised; ``python -m multipos.runs.migrate <sweep dir>`` then re-keys
+finished runs from their own ``.hydra/config.yaml``.
 """
 
 from __future__ import annotations
