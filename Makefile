@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml
 ## NFCorpus, three seeds into multirun/default-cpu (a re-run skips finished seeds), then the summary (test nDCG@10
 ## mean ± sd, paired t-tests vs the zero-shot start and BM25). It first prints its plan and expected wall time, then
 ## prepares the first seed on every core (prepare_only=true: corpora encoded, training data and reference rows
-## cached), then trains the seeds side by side, one core's share each (launcher=parallel; PARALLEL= one after another).
+## cached), then trains the seeds side by side, one core's share each (parallel_jobs=2; PARALLEL= one after another).
 ## One seed: make train SEEDS=42. Two-tower: make train EXPERIMENT=two_tower PARALLEL= (docs/two-tower.md).
 ## Your own data: make train DATA=<BEIR folder | Tevatron .jsonl> [BUDGET=<minutes of recipe search>] (docs/own-data.md).
 EXPERIMENT ?= default
@@ -38,7 +38,7 @@ SEEDS ?= 42,43,44
 BUDGET ?= 20
 comma := ,
 SEED_LIST := $(subst $(comma), ,$(SEEDS))
-PARALLEL ?= launcher=parallel parallel_jobs=$(words $(SEED_LIST))
+PARALLEL ?= parallel_jobs=$(words $(SEED_LIST))
 train: install
 ifdef DATA
 	$(BIN)/python -m multipos.own_data run '$(DATA)' --budget-min $(BUDGET) --seeds $(SEEDS) $(ARGS)
@@ -61,9 +61,9 @@ QUERY_SIDE_STUDIES = table2_homogeneous table3_ood table4_heterogeneous table5_c
 	table7_budget table8_first_vs_random_m table9_recontriever figure_ratio_ablation
 studies-query-side: install
 	set -e; for s in $(QUERY_SIDE_STUDIES); do \
-	  $(BIN)/python train.py -m experiment=$$s fine_tuning=query_side seed=42,43,44,45,46 launcher=parallel $(ARGS); \
+	  $(BIN)/python train.py -m experiment=$$s fine_tuning=query_side seed=42,43,44,45,46 parallel_jobs=2 $(ARGS); \
 	  $(BIN)/python -m multipos.report.render multirun/$$s-cpu-query_side; done
-	$(BIN)/python train.py -m experiment=candidate_set launcher=parallel $(ARGS)
+	$(BIN)/python train.py -m experiment=candidate_set parallel_jobs=2 $(ARGS)
 	$(BIN)/python -m multipos.report.render multirun/candidate_set-cpu-query_side
 
 render: install
@@ -92,7 +92,7 @@ test-slow: install
 ## sharded search (bench_search.py); query-side vs two-tower step per training query (bench_query_side.py); what the
 ## main process pays per batch from a DataLoader worker, groups and staging copy (bench_batch_receive.py); one-thread
 ## runs side by side vs one run on every core, a study's step and make train's (bench_parallel_runs.py, CPU only:
-## launcher=parallel).
+## parallel_jobs=2).
 ## Quick sizes on a CPU, full sizes on CUDA. make bench ARGS="--threads 1"
 bench: install
 	$(BIN)/python bench/bench_speed.py $(ARGS)

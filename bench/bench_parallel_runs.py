@@ -1,5 +1,5 @@
 """Runs at a time on a CPU: query-side training steps per second of k one-thread processes side by side
-(``launcher=parallel parallel_jobs=k``) against one process with every core (the default launcher).
+(``parallel_jobs=k``) against one process with every core (the default launcher).
 
 Each worker process trains the query encoder of all-MiniLM-L6-v2 over a frozen index (packed batches, row-sparse
 word-embedding gradients, fused AdamW, fp32 or ``--bf16`` autocast) for ``--steps`` timed steps after two untimed

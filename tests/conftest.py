@@ -28,7 +28,7 @@ def _share_the_cores_between_workers() -> None:
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers <= 1:
         return
-    from multipos.hardware import cores_per_job  # the share launcher=parallel gives each of its runs
+    from multipos.hardware import cores_per_job  # the share parallel_jobs=2 gives each of its runs
 
     os.environ.setdefault("OMP_NUM_THREADS", str(cores_per_job(workers)))
     import torch

@@ -1,4 +1,4 @@
-"""launcher=parallel: a sweep runs several cells at once (Hydra's joblib launcher), each with one torch thread, into
+"""parallel_jobs=2: a sweep runs several cells at once (Hydra's joblib launcher), each with one torch thread, into
 the same cell folders a one-at-a-time sweep uses; ``threads`` changes no run's identity."""
 
 from __future__ import annotations
@@ -39,17 +39,18 @@ def test_parallel_runs_share_the_cores(monkeypatch):
 
 
 def test_threads_and_launcher_leave_the_config_hash_alone(tiny_beir, tiny_bert, tmp_path):
-    plain = compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, tmp_path))
-    parallel = compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path), "launcher=parallel"],
+    plain = compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, tmp_path), return_hydra_config=True)
+    assert plain.threads is None and plain.hydra.launcher.n_jobs == 1  # one job at a time: torch's own threads
+    parallel = compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path), "parallel_jobs=2"],
                            return_hydra_config=True)
     assert parallel.threads == max(1, (os.cpu_count() or 1) // 2) and parallel.hydra.launcher.n_jobs == 2
     assert "JoblibLauncher" in parallel.hydra.launcher._target_
-    same = compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path), "launcher=parallel"])
+    same = compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path), "parallel_jobs=2"])
     assert run_key(plain) == run_key(same)  # a study started one run at a time continues in parallel
-    three = compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path), "launcher=parallel",
+    three = compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path),
                                   "parallel_jobs=3", "prepare_only=true"], return_hydra_config=True)
     assert three.hydra.launcher.n_jobs == 3 and three.threads == max(1, (os.cpu_count() or 1) // 3)
-    three = compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path), "launcher=parallel",
+    three = compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path),
                                   "parallel_jobs=3", "prepare_only=true"])
     assert run_key(three) == run_key(plain)  # make train: prepared alone, then continued three at a time
     freed = compose_cfg("train", [*tiny_overrides(tiny_beir, tiny_bert, tmp_path), "return_freed_memory=true"])
@@ -107,7 +108,7 @@ def test_a_parallel_sweep_trains_both_cells_sharing_the_cores(tiny_beir, tiny_be
     sweep = tmp_path / "sweep"
     overrides = [o for o in tiny_overrides(tiny_beir, tiny_bert, tmp_path) if not o.startswith("paths.output_dir=")]
     env = {**os.environ, "MULTIPOS_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
-    p = subprocess.run([sys.executable, "train.py", "-m", *overrides, "eval.references=false", "launcher=parallel",
+    p = subprocess.run([sys.executable, "train.py", "-m", *overrides, "eval.references=false", "parallel_jobs=2",
                         "data.num_workers=1",  # DataLoader workers inside a joblib worker start by pickling (loky)
                         f"hydra.sweep.dir={sweep}", "seed=1,2"], cwd=REPO, env=env, capture_output=True, text=True,
                        timeout=600)

@@ -6,7 +6,8 @@ resolves a run's saved config (:func:`multipos.report.runs.config_node`) and by 
 :mod:`multipos` registers nothing.
 
 ``${basename:<path>}`` → last path component (run names of evaluate.py); ``${auto_precision:}``,
-``${auto_bf16:}``, ``${auto_workers:}``, ``${cores_per_job:<n>}`` → :mod:`multipos.hardware`;
+``${auto_bf16:}``, ``${auto_workers:}``, ``${cores_per_job:<n>}``, ``${threads_per_job:<n>}`` →
+:mod:`multipos.hardware`;
 ``${sweep_dir:…}`` → :func:`sweep_dir`; ``${optuna_storage:…}`` → :func:`optuna_storage`;
 ``${optuna_seed:…}`` → :func:`optuna_seed`; ``${beir_sets:<paths>,<split>,<metrics>}`` → one eval-set config
 per BEIR folder (conf/eval/beir.yaml).
@@ -18,7 +19,14 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from multipos.hardware import auto_log_interval, auto_precision, auto_workers, cores_per_job, native_bf16
+from multipos.hardware import (
+    auto_log_interval,
+    auto_precision,
+    auto_workers,
+    cores_per_job,
+    native_bf16,
+    threads_per_job,
+)
 
 __all__ = ["register_resolvers", "register_eval_sets", "sweep_dir", "optuna_storage", "optuna_seed"]
 
@@ -99,6 +107,7 @@ def register_resolvers() -> None:
     OmegaConf.register_new_resolver("auto_workers", auto_workers, replace=True)
     OmegaConf.register_new_resolver("auto_log_interval", auto_log_interval, replace=True)
     OmegaConf.register_new_resolver("cores_per_job", cores_per_job, replace=True)
+    OmegaConf.register_new_resolver("threads_per_job", threads_per_job, replace=True)
     OmegaConf.register_new_resolver("sweep_dir", sweep_dir, replace=True)
     OmegaConf.register_new_resolver("optuna_storage", optuna_storage, replace=True)
     OmegaConf.register_new_resolver("optuna_seed", optuna_seed, replace=True)

@@ -3,8 +3,8 @@ often training logs."""
 
 from pathlib import Path
 
-__all__ = ["auto_precision", "native_bf16", "auto_workers", "auto_log_interval", "cores_per_job", "set_torch_threads",
-           "return_freed_memory"]
+__all__ = ["auto_precision", "native_bf16", "auto_workers", "auto_log_interval", "cores_per_job", "threads_per_job",
+           "set_torch_threads", "return_freed_memory"]
 
 
 def auto_precision() -> str:
@@ -62,7 +62,7 @@ def auto_log_interval() -> int:
 
 
 def cores_per_job(jobs: int) -> int:
-    """Torch threads for each of ``jobs`` runs side by side (``launcher=parallel``): this machine's cores shared
+    """Torch threads for each of ``jobs`` runs side by side (``parallel_jobs=2``): this machine's cores shared
     evenly, at least one (1 on the 2-core CPU; 8 each for two runs on 16 cores). Raises ValueError for ``jobs`` < 1."""
     import os
 
@@ -71,8 +71,15 @@ def cores_per_job(jobs: int) -> int:
     return max(1, (os.cpu_count() or 1) // int(jobs))
 
 
+def threads_per_job(jobs: int) -> int | None:
+    """Torch threads of each run when ``jobs`` runs of a sweep run at once (``parallel_jobs``): None for one job
+    (torch's default, one per core), else :func:`cores_per_job`. Raises ValueError for ``jobs`` < 1."""
+    share = cores_per_job(jobs)
+    return None if int(jobs) == 1 else share
+
+
 def set_torch_threads(threads: int | None) -> str:
-    """Give this process ``threads`` torch intra-op threads (config ``threads``; ``launcher=parallel`` shares the cores
+    """Give this process ``threads`` torch intra-op threads (config ``threads``; ``parallel_jobs=2`` shares the cores
     between its runs, :func:`cores_per_job`) → ``", <n> torch thread(s)"`` for the run's device description, or ``""``
     when ``threads`` is None (torch's default, one per core, is left as it is). Raises ValueError for a value
     below 1."""
@@ -98,7 +105,7 @@ def return_freed_memory(enabled: bool) -> bool:
     ``return_freed_memory``): glibc ``mallopt(M_MMAP_THRESHOLD, 64 KiB)`` serves every block of 64 KiB or more by
     ``mmap``, unmapped when it is freed, and ``mallopt(M_TRIM_THRESHOLD, 0)`` releases the top of the heap whenever
     it is free; the same as the environment variables ``MALLOC_MMAP_THRESHOLD_=65536 MALLOC_TRIM_THRESHOLD_=0``, but
-    set by the run itself, in whichever process runs it (``launcher=parallel``'s included).
+    set by the run itself, in whichever process runs it (``parallel_jobs=2``'s included).
 
     Why: glibc raises its mmap threshold to the largest block freed so far (up to 32 MiB on 64-bit), so the
     activations of a two-tower CPU step, freed at every step, stay in the heap and the resident size climbs: 30 steps

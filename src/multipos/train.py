@@ -21,7 +21,7 @@ keeps the latter); with ``trainer.max_epochs=0`` the run trains nothing and only
 the training data (BM25 negatives, teacher ordering), the frozen passage index, and the reference rows (their
 passages encoded), all through :func:`multipos.assets.cache_dir`; ``run_info.json`` says ``prepared``. Running the
 same command without it continues the run. ``make train`` prepares the first seed on every core, then trains
-all seeds side by side, one core's share each (``launcher=parallel``), none of them encoding a corpus.
+all seeds side by side, one core's share each (``parallel_jobs=2``), none of them encoding a corpus.
 
 Re-running the identical command into the same run directory (``hydra.run.dir``, or a study's fixed sweep folder)
 resumes: a finished run is skipped, finished stages are not re-trained, and an interrupted stage continues from its

@@ -1,6 +1,6 @@
 """DataLoader workers that do not fork (``spawn``; ``forkserver``, Python 3.14's default on Linux; the worker
 processes of Hydra's joblib launcher) receive the dataset and the collate function pickled: both must pickle
-without the data module, whose trainer does not (seen on the H200 with ``launcher=parallel``, 2026-11-26)."""
+without the data module, whose trainer does not (seen on the H200 with ``parallel_jobs=2``, 2026-11-26)."""
 
 from __future__ import annotations
 

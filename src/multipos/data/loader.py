@@ -80,7 +80,7 @@ class ResumableLoader(DataLoader):
 
 def worker_start_method(num_workers: int) -> str | None:
     """The start method of the training loader's workers: None (torch's default, this process's start method) unless
-    that is not one of the standard library's, as in the loky processes Hydra's joblib launcher (``launcher=parallel``)
+    that is not one of the standard library's, as in the loky processes Hydra's joblib launcher (``parallel_jobs=2``)
     runs jobs in, whose ``loky`` method cannot start a plain ``multiprocessing.Process`` (the DataLoader's worker
     fails to start: seen on the H200, 2026-11-26); then the standard library's default for this platform and
     Python (``fork`` on Linux before 3.14, else ``forkserver`` or ``spawn``). None also for ``num_workers=0``."""
