@@ -24,9 +24,14 @@ from typing import Sequence
 __all__ = ["binary_agreement", "best_threshold", "main"]
 
 
+def _rate(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
 def binary_agreement(human: Sequence[bool], judge: Sequence[bool]) -> dict:
     """Agreement of two binary labelings of the same pairs → ``{"pairs", "kappa", "precision", "recall",
-    "judge_relevant", "human_relevant"}`` (precision and recall of ``judge`` against ``human``; None where undefined).
+    "judge_relevant", "human_relevant"}`` (precision and recall of ``judge`` against ``human``; None where undefined;
+    rates rounded to 4 decimals).
     Raises ValueError when the sequences differ in length or are empty."""
     from sklearn.metrics import cohen_kappa_score
 
@@ -35,8 +40,8 @@ def binary_agreement(human: Sequence[bool], judge: Sequence[bool]) -> dict:
     tp = sum(h and j for h, j in zip(human, judge))
     n_judge, n_human = sum(judge), sum(human)
     kappa = float(cohen_kappa_score(list(human), list(judge))) if len(set(human) | set(judge)) > 1 else None
-    return {"pairs": len(human), "kappa": kappa, "precision": tp / n_judge if n_judge else None,
-            "recall": tp / n_human if n_human else None, "judge_relevant": n_judge, "human_relevant": n_human}
+    return {"pairs": len(human), "kappa": _rate(kappa), "precision": _rate(tp / n_judge if n_judge else None),
+            "recall": _rate(tp / n_human if n_human else None), "judge_relevant": n_judge, "human_relevant": n_human}
 
 
 def best_threshold(scores: Sequence[float], human: Sequence[bool]) -> float:
