@@ -164,8 +164,8 @@ class TrainingJob:
             atomic.write_json(out / "label_noise.json", {"rate": noise.rate, "kind": noise.kind, "seed": noise.seed,
                                                          "queries": noise.record})
         spans = schedule_spans(stages, steps)
-        model = instantiate(self.model, **self.start_weights)  # checkpoint and tokenizer errors, before any write
-        model.pack_sequences = self.pack_sequences
+        # checkpoint and tokenizer errors, before anything is written
+        model = instantiate(self.model, **self.start_weights, pack_sequences=self.pack_sequences)
         datamodule.use_encoder_inputs(model)  # its tokenizer and prompts
         index = None
         if any(s.epochs > 0 for s in stages):  # query-side: freeze E_d, encode the corpus once (the embedding cache)

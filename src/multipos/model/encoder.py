@@ -85,6 +85,8 @@ class DualEncoder(nn.Module):
             here (each difference is logged as a warning naming the field, both values and the file).
             False: the values given here win (None still means "the saved value").
         trust_remote_code: passed to ``AutoModel``/``AutoTokenizer``; off unless configured.
+        pack_sequences: encode training batches on a CPU unpadded, texts end to end in rows of this many tokens
+            (:mod:`multipos.model.packing`; the same loss and gradients up to rounding); 0 = padded batches.
 
     Where the settings come from, per field: the saved ``multipos_encoder.json`` (or the argument, with
     ``prefer_saved=False``), else the argument, else the checkpoint's sentence-transformers files
@@ -134,6 +136,7 @@ class DualEncoder(nn.Module):
         query_prompt: str | None = None,
         passage_prompt: str | None = None,
         lora: dict | None = None,
+        pack_sequences: int = 0,
     ):
         super().__init__()
         path = resolve_model(name_or_path)
@@ -152,9 +155,9 @@ class DualEncoder(nn.Module):
         if self.temperature <= 0:
             raise ValueError(f"model.temperature must be > 0, got {self.temperature}")
         self.query_max_length = query_max_length
-        #: training batches on a CPU encoded packed, rows of this many tokens (config ``pack_sequences``, set by the
-        #: training driver; :mod:`multipos.model.packing`): 0 = padded batches
-        self.pack_sequences = 0
+        #: training batches on a CPU encoded packed, rows of this many tokens (config ``pack_sequences``, given by the
+        #: training job; :mod:`multipos.model.packing`): 0 = padded batches
+        self.pack_sequences = int(pack_sequences or 0)
         self.passage_max_length = passage_max_length
         self.name_or_path = path
         self.prefer_saved = prefer_saved
