@@ -153,24 +153,23 @@ class TrainingJob:
         if run.done:  # finished here before, or copied from an equivalent run
             return run.metrics
         L.seed_everything(self.seed, workers=True)
-        datamodule = instantiate(self.data, seed=self.seed)
+        stages = self.stages
+        trains = any(s.epochs > 0 for s in stages)
+        # checkpoint and tokenizer errors, before anything is written
+        model = instantiate(self.model, **self.start_weights, pack_sequences=self.pack_sequences)
+        frozen = bool(self.passages and self.passages.get("frozen")) and trains  # query-side: the frozen index
+        datamodule = instantiate(self.data, seed=self.seed, encoder=model, tokenize_passages=not frozen)
         world = trainer_world_size(self.fit.trainer)  # data-parallel processes: optimizer steps per epoch per rank
         check_launch(world)
         # data errors here
-        stages = self.stages
         steps = [datamodule.steps_per_epoch(s.regime, world) * s.epochs if s.epochs else 0 for s in stages]
         noise = getattr(datamodule.source, "label_noise", None)
         if noise is not None and zero:  # which positives were replaced, per query: the run can be audited
             atomic.write_json(out / "label_noise.json", {"rate": noise.rate, "kind": noise.kind, "seed": noise.seed,
                                                          "queries": noise.record})
         spans = schedule_spans(stages, steps)
-        # checkpoint and tokenizer errors, before anything is written
-        model = instantiate(self.model, **self.start_weights, pack_sequences=self.pack_sequences)
-        datamodule.use_encoder_inputs(model)  # its tokenizer and prompts
-        index = None
-        if any(s.epochs > 0 for s in stages):  # query-side: freeze E_d, encode the corpus once (the embedding cache)
-            index = frozen_passage_index(self.passages, model, datamodule.corpus, cache_dir())
-            datamodule.tokenize_passages = index is None
+        # query-side: freeze E_d, encode the corpus once (the embedding cache)
+        index = frozen_passage_index(self.passages, model, datamodule.corpus, cache_dir()) if trains else None
         out.mkdir(parents=True, exist_ok=True)
         info = run.info
         if zero:

@@ -60,8 +60,10 @@ class MultiPosDataModule(L.LightningDataModule):
             (:class:`multipos.data.budget.AnnotationBudget`), or None for every query with all its positives.
         seed: seed for group construction and shuffling; num_workers: DataLoader workers.
 
-    ``tokenize_passages`` (attribute, default True): set to False by query-side fine-tuning, whose batches carry the
-    passages' ids alone (``Batch.passages`` None) because their embeddings come from the frozen passage index.
+    ``encoder``: the :class:`multipos.model.encoder.DualEncoder` being trained, whose tokenizer and prompts the
+    batches use (:meth:`use_encoder_inputs`; None: ``tokenizer`` and no prompts). ``tokenize_passages`` (default
+    True): False under query-side fine-tuning, whose batches carry the passages' ids alone (``Batch.passages`` None)
+    because their embeddings come from the frozen passage index.
     ``pin_memory`` (attribute, default False): the training ``DataLoader``'s own pin-memory thread receives each batch
     from the workers and pins it (:meth:`Batch.pin_memory`), instead of the main process when it moves the batch;
     not a config setting yet: ``bench/bench_speed.py`` times it against the default on a GPU (docs/gpu.md).
@@ -80,7 +82,8 @@ class MultiPosDataModule(L.LightningDataModule):
     def __init__(self, source, tokenizer: str, name: str = "", regime: str = "heterogeneous", group_size: int = 8,
                  max_positives: int = 4, positive_selection: str = "first", negative_selection: str = "random",
                  batch_size: int = 16, query_max_length: int = 32, passage_max_length: int = 128,
-                 budget: dict | None = None, seed: int = 0, num_workers: int = 0):
+                 budget: dict | None = None, seed: int = 0, num_workers: int = 0, encoder=None,
+                 tokenize_passages: bool = True):
         super().__init__()
         if regime not in REGIMES:
             hint = " (the curriculum is a stage plan now: stages=curriculum)" if regime == "curriculum" else ""
@@ -105,18 +108,20 @@ class MultiPosDataModule(L.LightningDataModule):
         self.stats: dict = {}
         self.negative_pools: dict[str, list[str]] | None = None
         #: False under query-side fine-tuning: batches carry passage ids only (looked up in the frozen index)
-        self.tokenize_passages = True
+        self.tokenize_passages = tokenize_passages
         #: text put before every query / passage (the trained model's prompts: :meth:`use_encoder_inputs`)
         self.query_prompt, self.passage_prompt = "", ""
         #: the training passages tokenised once (:meth:`passage_tokens`), and what its last call answered for
         self._passage_tokens: PassageTokens | None = None
         self._passage_tokens_for: tuple | None = None
+        if encoder is not None:
+            self.use_encoder_inputs(encoder)
 
     def use_encoder_inputs(self, model) -> None:
         """Tokenise as ``model`` (a :class:`multipos.model.encoder.DualEncoder`) does: its tokenizer (with the EOS rule
         of
         last-token pooling) and its query / passage prompts, so training sees the inputs evaluation and
-        sentence-transformers see. The training driver calls this once the model is built."""
+        sentence-transformers see (the constructor's ``encoder`` calls it)."""
         self._tokenizer = model.tokenizer
         self.query_prompt, self.passage_prompt = model.query_prompt, model.passage_prompt
 
