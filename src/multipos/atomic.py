@@ -15,8 +15,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["AtomicCheckpointIO", "load_checkpoint", "writer", "write_text", "write_json", "write_bytes", "replace_dir",
-           "temp_path", "share_identical"]
+__all__ = ["AtomicCheckpointIO", "load_checkpoint", "writer", "write_text", "write_json", "write_bytes", "read_json",
+           "replace_dir", "temp_path", "share_identical"]
 
 
 def temp_path(path: str | os.PathLike) -> Path:
@@ -152,3 +152,21 @@ class AtomicCheckpointIO(_checkpoint_io_base()):
     def load_checkpoint(self, path, map_location=None, weights_only=None):
         """:func:`load_checkpoint` (always ``weights_only=True``, whatever Lightning asks)."""
         return load_checkpoint(path, map_location)
+
+
+def read_json(path: str | Path, missing_ok: bool = False, invalid_ok: bool = False) -> object:
+    """``json.loads`` of a file. Raises ValueError naming the file for invalid JSON (e.g. an interrupted write by
+    a tool other than :mod:`multipos.atomic`), FileNotFoundError naming it when absent unless ``missing_ok`` (then
+    None). With ``invalid_ok`` an unreadable or invalid file is None too (for caches, such as the index of
+    :mod:`multipos.runs.reuse`)."""
+    path = Path(path)
+    if missing_ok and not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:  # ValueError: invalid JSON or invalid UTF-8
+        if invalid_ok:
+            return None
+        if isinstance(exc, json.JSONDecodeError):
+            raise ValueError(f"{path}: invalid JSON ({exc})") from None
+        raise

@@ -18,68 +18,18 @@ batch order and of the number of workers.
 
 from __future__ import annotations
 
-import itertools
 import random
-from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
-REGIMES = ("homogeneous", "heterogeneous", "gold", "all")
-#: Each regime in plain words (logs and errors).
-REGIME_RULES = {
-    "homogeneous": "homogeneous keeps silver positives only (gold ones are not used)",
-    "heterogeneous": "heterogeneous keeps the first gold positive, then the silver ones (queries without gold are "
-                     "skipped; other gold positives are not used)",
-    "gold": "gold keeps gold positives only",
-    "all": "all keeps every positive, gold first",
-}
+from multipos.formats.types import REGIME_RULES as REGIME_RULES  # the data model lives in formats/types.py
+from multipos.formats.types import REGIMES as REGIMES
+from multipos.formats.types import TrainQuery as TrainQuery
+from multipos.formats.types import unjudged_negatives as unjudged_negatives
+
 SELECTIONS = ("first", "random")
-
-
-@dataclass
-class TrainQuery:
-    """A training query with its graded positives and mined hard negatives (passage ids).
-
-    Attributes:
-        query_id, query: id and text.
-        gold: gold (human, grade 2) positives in order (annotation order or teacher score).
-        silver: silver (LLM-like, grade 1) positives in order.
-        negatives: hard negatives, best-ranked first (judged passages already removed).
-        judged: every passage known to be relevant to the query (any grade): never a negative.
-        weights: target weight of each passage that has one (e.g. a positive's grade weight,
-            ``data.source.grade_weights``), read by the soft-target objectives
-            (:data:`multipos.losses.SOFT_OBJECTIVES`).
-        teacher_scores: a teacher's raw score of each passage it scored (``margin_mse``'s targets,
-            :mod:`multipos.mining.teacher_scores`).
-    """
-
-    query_id: str
-    query: str
-    gold: list[str] = field(default_factory=list)
-    silver: list[str] = field(default_factory=list)
-    negatives: list[str] = field(default_factory=list)
-    judged: set[str] = field(default_factory=set)
-    weights: dict[str, float] = field(default_factory=dict)
-    teacher_scores: dict[str, float] = field(default_factory=dict)
-
-    def __post_init__(self):
-        self.judged = set(self.judged) | set(self.gold) | set(self.silver)
-
-    def positives(self, regime: str) -> list[str]:
-        """Ordered positives of this query under ``regime`` (empty if the regime excludes it).
-
-        Raises ValueError for an unknown regime.
-        """
-        if regime == "homogeneous":
-            return list(self.silver)
-        if regime == "heterogeneous":
-            return [self.gold[0], *self.silver] if self.gold else []
-        if regime == "gold":
-            return list(self.gold)
-        if regime == "all":
-            return [*self.gold, *self.silver]
-        raise ValueError(f"unknown positive regime {regime!r} (data.regime); allowed: {', '.join(REGIMES)}")
 
 
 @dataclass
@@ -289,16 +239,3 @@ def group_targets(groups: Sequence[Group], columns: Sequence[str] | None = None,
     return target
 
 
-def unjudged_negatives(ranked: Iterable[str], judged: Iterable[str], depth: int) -> list[str]:
-    """The first ``depth`` passages of ``ranked`` (best first) that are not in ``judged``: the one exclusion rule
-    of every hard-negative miner (BM25 and dense).
-
-    ``judged`` is every passage with a judgment for the query, whatever its grade: positives, and also passages
-    judged non-relevant (grade 0, and the negative TREC grades the readers keep as judged non-relevant). Grade-0
-    passages are left out too, so that "judged" means the same thing here as in the in-batch false-negative mask
-    (:func:`group_masks`), where every judged passage of a query is ignored; on the training
-    qrels used here it changes nothing (NFCorpus's graded train qrels hold grades 1 and 2 only, Tevatron files
-    have no grade-0 judgments).
-    """
-    judged = set(judged)
-    return list(itertools.islice((p for p in ranked if p not in judged), depth))

@@ -28,11 +28,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from multipos import atomic
 from multipos.assets import cache_dir, resolve_dataset
+from multipos.atomic import read_json
 from multipos.evaluation.sets import EvalSet
 from multipos.formats.trec import write_run
 from multipos.retrieval.bm25 import bm25_run
 from multipos.retrieval.dense import dense_run
-from multipos.runs.folder import read_json
 
 log = logging.getLogger(__name__)
 

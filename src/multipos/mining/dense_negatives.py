@@ -31,8 +31,7 @@ import numpy as np
 
 from multipos import atomic
 from multipos.assets import cache_dir
-from multipos.data.groups import unjudged_negatives
-from multipos.formats.types import Corpus
+from multipos.formats.types import Corpus, unjudged_negatives
 
 log = logging.getLogger(__name__)
 

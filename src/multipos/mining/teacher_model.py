@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from multipos import atomic
-from multipos.data.groups import TrainQuery
-from multipos.formats.types import Corpus
+from multipos.formats.types import Corpus, TrainQuery
 from multipos.mining.teacher_scores import assign_targets
 
 __all__ = ["KINDS", "TeacherModel"]

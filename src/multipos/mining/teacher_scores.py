@@ -21,9 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from multipos.data.groups import TrainQuery
 from multipos.formats.trec import read_run
-from multipos.formats.types import DataFormatError, iter_jsonl
+from multipos.formats.types import DataFormatError, TrainQuery, iter_jsonl
 
 __all__ = ["TeacherScores", "assign_targets", "read_teacher_scores"]
 

@@ -17,13 +17,13 @@ that writes them finds the newest, :func:`multipos.training.fit.newest_checkpoin
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from multipos import atomic
+from multipos.atomic import read_json as read_json  # the reader beside the atomic writers
 
 log = logging.getLogger(__name__)
 
@@ -48,24 +48,6 @@ __all__ = ["RUN_INFO", "METRICS", "RunFolder", "read_json", "read_run_info", "wr
 
 RUN_INFO = "run_info.json"
 METRICS = "metrics.json"
-
-
-def read_json(path: str | Path, missing_ok: bool = False, invalid_ok: bool = False) -> object:
-    """``json.loads`` of a file. Raises ValueError naming the file for invalid JSON (e.g. an interrupted write by
-    a tool other than :mod:`multipos.atomic`), FileNotFoundError naming it when absent unless ``missing_ok`` (then
-    None). With ``invalid_ok`` an unreadable or invalid file is None too (for caches, such as the index of
-    :mod:`multipos.runs.reuse`)."""
-    path = Path(path)
-    if missing_ok and not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:  # ValueError: invalid JSON or invalid UTF-8
-        if invalid_ok:
-            return None
-        if isinstance(exc, json.JSONDecodeError):
-            raise ValueError(f"{path}: invalid JSON ({exc})") from None
-        raise
 
 
 def read_run_info(run_dir: str | Path) -> dict:
