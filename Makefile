@@ -61,7 +61,7 @@ QUERY_SIDE_STUDIES = table2_homogeneous table3_ood table4_heterogeneous table5_c
 	table7_budget table8_first_vs_random_m table9_recontriever figure_ratio_ablation
 studies-query-side: install
 	set -e; for s in $(QUERY_SIDE_STUDIES); do \
-	  $(BIN)/python train.py -m experiment=$$s fine_tuning=query_side seed=42,43,44,45,46 parallel_jobs=2 $(ARGS); \
+	  $(BIN)/python train.py -m experiment=$$s scale=cpu_query_side seed=42,43,44,45,46 parallel_jobs=2 $(ARGS); \
 	  $(BIN)/python -m multipos.report.render multirun/$$s-cpu-query_side; done
 	$(BIN)/python train.py -m experiment=candidate_set parallel_jobs=2 $(ARGS)
 	$(BIN)/python -m multipos.report.render multirun/candidate_set-cpu-query_side

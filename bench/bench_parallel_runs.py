@@ -3,7 +3,7 @@
 
 Each worker process trains the query encoder of all-MiniLM-L6-v2 over a frozen index (packed batches, row-sparse
 word-embedding gradients, fused AdamW, fp32 or ``--bf16`` autocast) for ``--steps`` timed steps after two untimed
-ones, and prints its seconds per step. ``--step study``: a query-side study run's step (``fine_tuning=query_side``:
+ones, and prints its seconds per step. ``--step study``: a query-side study run's step (``scale=cpu_query_side``:
 B=16 queries of up to 32 tokens, G=8 passages looked up per query, JointLH); ``--step main``: ``make train``'s step
 (B=64, every corpus passage a candidate, JointLH, in chunks; :mod:`multipos.training.corpus_candidates`). Each round
 runs the

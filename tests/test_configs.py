@@ -171,16 +171,16 @@ def test_two_tower_wise_ft_interpolates_each_seed_of_the_two_tower_job_toward_it
         assert wise.model.name_or_path == job.model.name_or_path and wise.loss.name == job.loss.name
 
 
-@pytest.mark.parametrize("fine_tuning", ["two_tower_default", "query_side"])
-def test_table3_trains_nothing_in_either_fine_tuning(fine_tuning):
-    """``fine_tuning=query_side`` comes after the experiment (it sets 3 epochs for every study); Table 3 must
-    still only evaluate Table 2's query-side models, read from Table 2's ``-query_side`` sweep folder."""
-    extra = [f"fine_tuning={fine_tuning}"] if fine_tuning == "query_side" else []
+@pytest.mark.parametrize("scale", ["cpu", "cpu_query_side"])
+def test_table3_trains_nothing_at_either_scale(scale):
+    """``scale=cpu_query_side`` sets 3 epochs for every study that sets none; Table 3 sets 0 and only evaluates
+    Table 2's models of the same scale, read from Table 2's sweep folder of that scale."""
+    extra = [f"scale={scale}"]
     cfg = compose_cfg("train", ["experiment=table3_ood", *extra, "paths.output_dir=out"])
     assert cfg.trainer.max_epochs == 0
-    suffix = "-query_side" if fine_tuning == "query_side" else ""
+    suffix = "-query_side" if scale == "cpu_query_side" else ""
     assert cfg.init_from.startswith(f"multirun/table2_homogeneous-cpu{suffix}/")
-    if extra:  # every other study trains 3 epochs query-side
+    if suffix:  # a study that sets no epochs trains 3 query-side
         assert compose_cfg("train", ["experiment=table2_homogeneous", *extra,
                                      "paths.output_dir=out"]).trainer.max_epochs == 3
 
@@ -240,8 +240,9 @@ def test_a_gpu_run_logs_every_10_steps_and_keeps_the_runs_it_continues(monkeypat
 
 def test_the_main_job_trains_the_recipe_the_search_chose():
     """``make train`` (``experiment=default``) trains what ``conf/recipe/top1.yaml`` (the recipe search's best trial)
-    says, as one experiment with no recipe axis: its resolved config equals that of ``experiment=query_side`` with
-    ``recipe=top1`` and G=16, so its numbers are the recipe's; ``query_side_wise_ft`` interpolates those models."""
+    says, as one experiment with no recipe axis: its resolved config equals that of the recipe confirmation's
+    ``recipe=top1`` cell (the search's shared settings + the recipe) with the main job's evaluation, so its numbers are
+    the recipe's; ``query_side_wise_ft`` interpolates those models."""
     cfg = compose_cfg("train", ["experiment=default"], return_hydra_config=True)
     assert "recipe" not in cfg.hydra.sweeper.params and str(cfg.hydra.sweeper.params.seed) == "42,43,44"
     run = compose_cfg("train", ["experiment=default", "paths.output_dir=o"])
@@ -251,10 +252,10 @@ def test_the_main_job_trains_the_recipe_the_search_chose():
     assert run.trainer.max_epochs == recipe.trainer.max_epochs
     assert run.module.optimizer.lr == recipe.module.optimizer.lr
     assert {"override /loss": run.loss.name} in OmegaConf.to_container(recipe.defaults)
-    searched = compose_cfg("train", ["experiment=query_side", "recipe=top1", "data.group_size=16",
+    searched = compose_cfg("train", ["experiment=recipe_confirmation", "recipe=top1", "eval=main",
                                      "trainer.precision=${auto_precision:}", "experiment_name=default",
                                      "paths.output_dir=o"])
-    drop = ("report", "hydra")
+    drop = ("report", "hydra", "optimized_metric", "reuse_equivalent")
     assert ({k: v for k, v in OmegaConf.to_container(run, resolve=True).items() if k not in drop}
             == {k: v for k, v in OmegaConf.to_container(searched, resolve=True).items() if k not in drop})
     wise = (Path(CONF) / "experiment" / "query_side_wise_ft.yaml").read_text()
@@ -269,12 +270,12 @@ def test_python_train_py_with_no_argument_runs_the_main_job():
 
 
 def test_the_query_side_gpu_variant_sweeps_beside_the_cpu_query_side_study():
-    """``fine_tuning=query_side ++size.suffix=-query_side-gpu`` (bench/gpu/call_studies.sh with FINE_TUNING=query_side):
+    """``scale=cpu_query_side ++size.suffix=-query_side-gpu`` (bench/gpu/call_studies.sh with FINE_TUNING=query_side):
     multirun/<study>-cpu-query_side-gpu, the CPU query-side run names, another config hash."""
     from multipos.runs.spec import run_key
 
     cell = ["loss=jointlh", "seed=45"]
-    qs = ["fine_tuning=query_side"]
+    qs = ["scale=cpu_query_side"]
     gpu = ["trainer=gpu", "++size.suffix=-query_side-gpu"]
     cpu_cfg = compose_cfg("train", ["experiment=table4_heterogeneous", *qs, *cell], return_hydra_config=True)
     gpu_cfg = compose_cfg("train", ["experiment=table4_heterogeneous", *qs, *gpu, *cell], return_hydra_config=True)

@@ -142,7 +142,7 @@ def _documented_command(marker: str) -> list[str]:
     return words[2:]
 
 
-@pytest.mark.parametrize("marker,extra", [("own-data", ()), ("own-data", ("fine_tuning=query_side",)),
+@pytest.mark.parametrize("marker,extra", [("own-data", ()), ("own-data", ("scale=cpu_query_side",)),
                                           ("own-data", ("data=msmarco_hetero",)), ("own-beir", ())],
                          ids=["two_tower", "query_side", "heterogeneous", "beir_folder"])
 def test_the_own_data_command_of_the_docs_runs(tiny_beir, tiny_bert, tmp_path, monkeypatch, marker, extra):
@@ -158,7 +158,7 @@ def test_the_own_data_command_of_the_docs_runs(tiny_beir, tiny_bert, tmp_path, m
     cfg = compose_cfg("train", [*command, *extra, f"paths.output_dir={out}", f"model.name_or_path={tiny_bert}",
                                 *trainer_overrides(), "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
                                 "data.batch_size=2", "eval.bf16=false", "eval.k=20", "eval.references=false"])
-    assert cfg.passages.frozen == ("fine_tuning=query_side" in extra)
+    assert cfg.passages.frozen == ("scale=cpu_query_side" in extra)
     assert cfg.data.regime == ("heterogeneous" if "data=msmarco_hetero" in extra or marker == "own-beir"
                                else "homogeneous")
     train(cfg)

@@ -17,7 +17,7 @@ from tests.helpers import compose_cfg
 from tests.test_configs import EXPERIMENT_NEEDS, EXPERIMENTS, sweep_cells
 
 FIXTURE = Path(__file__).parent / "fixtures" / "study_cells.json"
-VARIANTS = ([], ["fine_tuning=query_side"])
+VARIANTS = ([], ["scale=cpu_query_side"])
 
 
 def study_cells(experiment: str) -> dict[str, list[str]]:

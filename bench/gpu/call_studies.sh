@@ -3,12 +3,12 @@
 # multirun/<study>-cpu-gpu (render: python -m multipos.report.render multirun/<study>-cpu-gpu). One process per seed,
 # two studies at a time (six processes: MiniLM leaves the H100 mostly idle); everything stops at the deadline
 # (STUDY_S seconds, default 470). A study re-run skips its finished runs, so a later call continues where this stopped.
-# FINE_TUNING=query_side: the query-side five-seed variant (seeds 42-46, fine_tuning=query_side) into
+# FINE_TUNING=query_side: the query-side five-seed variant (seeds 42-46, scale=cpu_query_side) into
 # multirun/<study>-cpu-query_side-gpu, rendered to <study>_query_side-gpu.md; name the studies with STUDIES="..." (every
 # query-side five-seed study, the candidate set and the figure included, has run on the CPU: 2026-11-25).
 . bench/gpu/setup.sh || exit 3
 if [ "${FINE_TUNING:-}" = query_side ]; then
-  SEEDS="42 43 44 45 46"; VARIANT="fine_tuning=query_side ++size.suffix=-query_side-gpu"; SWEEP=-cpu-query_side-gpu
+  SEEDS="42 43 44 45 46"; VARIANT="scale=cpu_query_side ++size.suffix=-query_side-gpu"; SWEEP=-cpu-query_side-gpu
   [ -n "${STUDIES:-}" ] || { echo "FINE_TUNING=query_side: name the studies, STUDIES=\"<study> ...\""; exit 2; }
 else
   SEEDS="42 43 44"; VARIANT="++size.suffix=-gpu"; SWEEP=-cpu-gpu

@@ -226,7 +226,7 @@ def test_best_per_value_lists_repeated_settings_best_first_and_leaves_out_contin
 
 
 def test_a_query_side_variant_renders_beside_the_study(tmp_path):
-    """``fine_tuning=query_side`` runs carry ``size.suffix: -query_side``: their files are
+    """``scale=cpu_query_side`` runs carry ``size.suffix: -query_side``: their files are
     ``<report.name>_query_side.*`` with a labelled title, so rendering them never overwrites the two-tower study."""
     root = tmp_path / "table2_homogeneous-cpu-query_side"
     variant = report_yaml().replace("size:\n", "size:\n  suffix: -query_side\n")

@@ -40,6 +40,14 @@ RENDERED = [
 FAST = {"cpu-two_tower_wise_ft-2026-11-27", "cpu-query_side_objectives-2026-11-27"}
 
 
+def todays_overrides(overrides: list[str]) -> list[str]:
+    """An archived run's command-line overrides as today's configs spell them: ``launcher=parallel`` is retired
+    (``parallel_jobs=<n>`` alone runs cells at once) and names no cell; the ``fine_tuning`` group became the scale
+    ``cpu_query_side``."""
+    renamed = {"fine_tuning=query_side": "scale=cpu_query_side"}
+    return [renamed.get(o, o) for o in overrides if not o.startswith("launcher=")]
+
+
 def _extract(names: list[str], into: Path) -> Path:
     """Extract the archives ``names`` into ``into`` (result files only: no TREC runs, logs or CSV logs)."""
     for name in names:
@@ -63,9 +71,7 @@ def test_every_archived_run_is_rekeyed_and_found_finished_by_todays_configs(name
         info = json.loads((folder / "run_info.json").read_text())
         assert info["run_key"] and info["spec_version"] and (folder / "spec.json").is_file()
         overrides = list(OmegaConf.load(migrate._config_file(folder).parent / "overrides.yaml"))
-        # launcher=parallel, retired (parallel_jobs=<n> alone runs cells at once today), names no cell and changes
-        # nothing a run computes
-        cfg = compose_cfg("train", [o for o in overrides if not o.startswith("launcher=")])
+        cfg = compose_cfg("train", todays_overrides(overrides))
         keys = set()
         for machine in migrate.MACHINES:  # the machine that ran it: CPU fp32, bf16, or a GPU
             with migrate._resolving_as(machine, folder):

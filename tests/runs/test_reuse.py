@@ -73,10 +73,10 @@ def test_a_stage_field_left_out_null_or_at_its_default_is_one_key(tiny_beir, tin
 
 @pytest.mark.parametrize("loss", ["singlelh", "jointlh"])
 def test_the_query_side_figure_cell_at_table_2s_group_is_table_2s_model(tmp_path, loss):
-    """Table 2 leaves ``keep`` out, the figure writes ``keep: best``: under fine_tuning=query_side both keep the
+    """Table 2 leaves ``keep`` out, the figure writes ``keep: best``: under scale=cpu_query_side both keep the
     best dev checkpoint of the same training, so the figure's G=8, M=4 cells copy Table 2's runs."""
     def key(*overrides):
-        return _key(compose_cfg("train", [*overrides, "fine_tuning=query_side", f"loss={loss}", "seed=42",
+        return _key(compose_cfg("train", [*overrides, "scale=cpu_query_side", f"loss={loss}", "seed=42",
                                           f"paths.output_dir={tmp_path}"]))
     table2 = key("experiment=table2_homogeneous")
     assert key("experiment=figure_ratio_ablation", "ratio=g8_m4") == table2

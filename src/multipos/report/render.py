@@ -217,7 +217,7 @@ def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results",
     experiment's config carry that experiment's title).
 
     ``name`` replaces ``report.name`` as the output stem; without it, a study run as a variant (``size.suffix``, e.g.
-    ``fine_tuning=query_side``) writes ``<report.name>_<suffix>`` so the variant never overwrites the study. Files are
+    ``scale=cpu_query_side``) writes ``<report.name>_<suffix>`` so the variant never overwrites the study. Files are
     written atomically (temporary sibling, then ``os.replace``). Runs are loaded with a progress bar (on a terminal).
     ``wandb_project``: also log the table as a ``wandb.Table`` and the figure to a W&B run of that project, grouped by
     the study (:func:`multipos.training.loggers.log_report`; offline under ``<sweep_dir>/wandb`` without a network).
@@ -234,7 +234,7 @@ def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results",
     spec = read_spec(complete + incomplete)
     if title is not None:
         spec["title"] = title
-    # a variant of a study (fine_tuning=query_side: size.suffix "-query_side") renders beside the study's own
+    # a variant of a study (scale=cpu_query_side: size.suffix "-query_side") renders beside the study's own
     # files, never over them: table2_homogeneous_query_side.md next to table2_homogeneous.md
     suffix = str(config_node(complete[0], "size.suffix") or "").strip("-")
     if suffix:
