@@ -128,7 +128,7 @@ class TrainingJob:
             spec=run_spec(cfg),
             folder=RunFolder(out=out, writer=is_rank_zero(), resume=bool(cfg.get("resume", True)),
                              reuse_equivalent=bool(cfg.get("reuse_equivalent", False)),
-                             keep_checkpoints=bool(OmegaConf.select(cfg, "size.keep_checkpoints", default=True)),
+                             keep_checkpoints=bool(cfg.keep_checkpoints),
                              experiment=cfg.get("experiment_name")),
             stages=stages,
             fit=FitPlan(out=out, trainer=cfg.trainer, callbacks=cfg.get("callbacks"), logger=logger,

@@ -132,7 +132,7 @@ def test_without_a_kept_copy_the_refusal_says_that_hydra_replaced_the_files(tmp_
 
 
 def test_a_study_removes_the_resume_checkpoints_of_a_finished_run(tiny_beir, tiny_bert, tmp_path):
-    """``size.keep_checkpoints: false`` (conf/scale, every study): once the run is complete its ``*.ckpt`` files go,
+    """``keep_checkpoints: false`` (conf/scale, every study): once the run is complete its ``*.ckpt`` files go,
     ``model/`` and ``kept.json`` stay, the identical command still skips the run, and the config hash is unchanged
     (``size`` is not in the spec). A run that is not finished keeps them (they are what it resumes from)."""
     from multipos.runs.folder import remove_checkpoints
@@ -141,7 +141,7 @@ def test_a_study_removes_the_resume_checkpoints_of_a_finished_run(tiny_beir, tin
     from tests.helpers import compose_cfg, tiny_overrides
 
     out = tmp_path / "run"
-    overrides = [*tiny_overrides(tiny_beir, tiny_bert, out), "++size.keep_checkpoints=false"]
+    overrides = [*tiny_overrides(tiny_beir, tiny_bert, out), "keep_checkpoints=false"]
     train(compose_cfg("train", overrides))
     assert not list((out / "checkpoints").rglob("*.ckpt"))
     assert (out / "checkpoints" / "stage1" / "kept.json").is_file() and (out / "model").is_dir()

@@ -143,7 +143,7 @@ def prepare_run_dir(out: Path, digest: str, resume: bool = True, writer: bool = 
 def remove_checkpoints(run_dir: str | Path) -> int:
     """Delete the Lightning checkpoint files (``*.ckpt``: weights, optimizer and schedule state, only needed to resume
     an interrupted run) under ``<run_dir>/checkpoints`` of a finished run → bytes freed. ``model/`` (the kept
-    weights) and each stage's ``kept.json`` stay. Studies do this for every finished run (``size.keep_checkpoints:
+    weights) and each stage's ``kept.json`` stay. Studies do this for every finished run (``keep_checkpoints:
     false`` in ``conf/scale``): a 40-trial recipe search kept 34 GB of them on a 2-core machine's disk.
     Raises ValueError when the run is not finished (:func:`is_finished`)."""
     run_dir = Path(run_dir)

@@ -85,5 +85,5 @@ def close_run(out: Path, info: dict, keep_checkpoints: bool = True) -> None:
     write_run_info(out, {**info, "status": "complete"})
     register(info["equivalence_key"], out)
     if not keep_checkpoints:
-        log.info("finished: removed %.1f GB of resume checkpoints (size.keep_checkpoints=false)",
+        log.info("finished: removed %.1f GB of resume checkpoints (keep_checkpoints=false)",
                  remove_checkpoints(out) / 1e9)
