@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from scipy import stats
 
-from multipos.report.noise import format_slopes, main, noise_points, noise_slopes
+from multipos.report.noise import format_slopes, main, noise_points, noise_slopes, slope_differences
 from tests.report.fakes import SET, make_run
 
 
@@ -51,3 +51,27 @@ def test_the_table_is_written_by_the_command(tmp_path):
     text = main([str(noisy), str(clean), "--out", str(out)])
     assert out.read_text() == text and "| jointlh | bm25 |" in text and "slope per unit ρ" in text
     assert "-0.2000 [" in format_slopes(noise_slopes(noise_points([noisy, clean], SET, "ndcg@10")), SET, "ndcg@10")
+
+
+def test_slope_differences_use_welch_intervals_against_the_reference():
+    rows = [{"objective": "singlelh", "kind": "bm25", "n": 20, "slope": -0.02, "stderr": 0.004},
+            {"objective": "jointlh", "kind": "bm25", "n": 20, "slope": -0.10, "stderr": 0.003},
+            {"objective": "jointlh", "kind": "random", "n": 20, "slope": -0.05, "stderr": 0.003}]
+    slope_differences(rows, "singlelh")
+    se = (0.004 ** 2 + 0.003 ** 2) ** 0.5
+    dof = se ** 4 / (0.004 ** 4 / 18 + 0.003 ** 4 / 18)
+    half = stats.t.ppf(0.975, dof) * se
+    assert rows[1]["diff"] == pytest.approx(-0.08)
+    assert (rows[1]["diff_low"], rows[1]["diff_high"]) == (pytest.approx(-0.08 - half), pytest.approx(-0.08 + half))
+    assert rows[0]["diff"] is None and rows[2]["diff"] is None  # the reference itself; no reference for "random"
+
+
+def test_several_metrics_and_the_figure_come_from_one_command(tmp_path):
+    noisy, clean, _ = _sweeps(tmp_path)
+    for run in [*noisy.iterdir(), *clean.iterdir()]:  # a second metric in every run
+        metrics = (run / "metrics.json").read_text().replace('"ndcg@10"', '"recall@100": 0.5, "ndcg@10"')
+        (run / "metrics.json").write_text(metrics)
+    png = tmp_path / "noise.png"
+    text = main([str(noisy), str(clean), "--metrics", "ndcg@10", "recall@100", "--plot", str(png)])
+    assert text.count("Table: ") == 2 and "recall@100 against" in text and "slope − singlelh's" not in text
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

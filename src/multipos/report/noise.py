@@ -4,9 +4,13 @@ For each objective and kind of false positive (:mod:`multipos.data.label_noise`)
 points (ρ, score of one seed); runs without noise (``data.source.label_noise`` null or rate 0) count for every kind.
 The slope is the ordinary least-squares fit of score on ρ over all those points (``scipy.stats.linregress``), with a
 two-sided 95 % confidence interval from the t distribution with n − 2 degrees of freedom: the score lost per unit ρ.
+Each slope is also compared with a reference objective's slope for the same kind (default SingleLH): the difference
+with its 95 % interval (standard errors of two independent fits added in quadrature, Welch–Satterthwaite degrees of
+freedom), so "degrades less than SingleLH" is claimed only where that interval excludes 0.
 
     python -m multipos.report.noise multirun/label_noise-cpu-query_side multirun/table2_homogeneous-cpu-query_side \\
-        --out experiments/results/label_noise_slopes.md
+        --metrics ndcg@10 recall@100 --out experiments/results/label_noise_slopes.md \\
+        --plot experiments/results/label_noise.png
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from multipos import atomic
 from multipos.report.runs import load_run
 from multipos.runs.find import sweep_runs
 
-__all__ = ["noise_points", "noise_slopes", "format_slopes", "main"]
+__all__ = ["noise_points", "noise_slopes", "slope_differences", "format_slopes", "noise_figure", "main"]
 
 
 def _noise(run) -> tuple[float, str | None]:
@@ -73,43 +77,128 @@ def noise_slopes(points: dict[tuple[str, str], list]) -> list[dict]:
             by_rate[rate].append(value)
         row = {"objective": objective, "kind": kind, "n": len(pts),
                "means": {r: sum(v) / len(v) for r, v in sorted(by_rate.items())},
-               "slope": None, "ci_low": None, "ci_high": None}
+               "slope": None, "ci_low": None, "ci_high": None, "stderr": None}
         if len(pts) >= 3 and len(by_rate) >= 2:
             fit = stats.linregress([r for r, _ in pts], [v for _, v in pts])
             half = stats.t.ppf(0.975, len(pts) - 2) * fit.stderr
-            row.update(slope=fit.slope, ci_low=fit.slope - half, ci_high=fit.slope + half)
+            row.update(slope=fit.slope, ci_low=fit.slope - half, ci_high=fit.slope + half, stderr=fit.stderr)
         rows.append(row)
     return rows
 
 
-def format_slopes(rows: Sequence[dict], eval_set: str, metric: str) -> str:
-    """A Markdown table: mean score at each ρ and the slope with its 95 % interval."""
+def slope_differences(rows: Sequence[dict], reference: str = "singlelh") -> None:
+    """Add ``diff, diff_low, diff_high`` to each row of :func:`noise_slopes`: its slope minus the ``reference``
+    objective's slope for the same kind, with a two-sided 95 % interval (independent fits: standard errors added in
+    quadrature, Welch–Satterthwaite degrees of freedom from each fit's n − 2). None where either slope is missing."""
+    from scipy import stats
+
+    ref = {row["kind"]: row for row in rows if row["objective"] == reference}
+    for row in rows:
+        other = ref.get(row["kind"])
+        row.update(diff=None, diff_low=None, diff_high=None)
+        if row is other or other is None or row["stderr"] is None or other["stderr"] is None:
+            continue
+        v1, v2 = row["stderr"] ** 2, other["stderr"] ** 2
+        se = math.sqrt(v1 + v2)
+        dof = (v1 + v2) ** 2 / (v1 ** 2 / (row["n"] - 2) + v2 ** 2 / (other["n"] - 2)) if se > 0 else 1.0
+        half = stats.t.ppf(0.975, dof) * se
+        diff = row["slope"] - other["slope"]
+        row.update(diff=diff, diff_low=diff - half, diff_high=diff + half)
+
+
+def format_slopes(rows: Sequence[dict], eval_set: str, metric: str, reference: str = "singlelh") -> str:
+    """A Markdown table: mean score at each ρ, the slope with its 95 % interval and, where
+    :func:`slope_differences` filled it, the slope's difference from ``reference``'s with its interval (``*``: the
+    interval excludes 0)."""
     rates = sorted({r for row in rows for r in row["means"]})
-    head = ["objective", "false positives", *(f"ρ={r:g}" for r in rates), "slope per unit ρ [95 % CI]"]
+    diffs = any(row.get("diff") is not None for row in rows)
+    head = ["objective", "false positives", *(f"ρ={r:g}" for r in rates), "slope per unit ρ [95 % CI]",
+            *([f"slope − {reference}'s [95 % CI]"] if diffs else [])]
     lines = [f"Table: {eval_set} {metric} against the share ρ of positives replaced by false positives", "",
-             "| " + " | ".join(head) + " |", "|:---|:---|" + "---:|" * (len(rates) + 1)]
+             "| " + " | ".join(head) + " |", "|:---|:---|" + "---:|" * (len(head) - 2)]
     for row in rows:
         cells = [f"{row['means'][r]:.4f}" if r in row["means"] else "" for r in rates]
         slope = ("n/a" if row["slope"] is None or math.isnan(row["slope"]) else
                  f"{row['slope']:+.4f} [{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]")
+        if diffs:
+            d = row.get("diff")
+            star = "*" if d is not None and (row["diff_low"] > 0 or row["diff_high"] < 0) else ""
+            cells.append(slope)
+            slope = "" if d is None else f"{d:+.4f}{star} [{row['diff_low']:+.4f}, {row['diff_high']:+.4f}]"
         lines.append(f"| {row['objective']} | {row['kind']} | " + " | ".join(cells) + f" | {slope} |")
     n = sorted({row["n"] for row in rows})
     lines += ["", f"Mean over seeds at each ρ; slope: least-squares fit over every (ρ, seed) point ({n} points per "
-              "row), 95 % interval from the t distribution. Written by `python -m multipos.report.noise`."]
+              "row), 95 % interval from the t distribution"
+              + (f"; `*`: the slope differs from {reference}'s (95 % interval of the difference excludes 0)"
+                 if diffs else "") + ". Written by `python -m multipos.report.noise`."]
     return "\n".join(lines) + "\n"
+
+
+def noise_figure(points_by_metric: dict[str, dict[tuple[str, str], list]]):
+    """Score against ρ: one panel per (metric, kind of false positive), one line per objective, mean ± sd over the
+    seeds at each ρ. ``points_by_metric``: ``{metric: noise_points(...)}``. Returns a matplotlib Figure (Agg)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from multipos.report.tables import metric_label
+
+    metrics = list(points_by_metric)
+    kinds = sorted({k for pts in points_by_metric.values() for _, k in pts})
+    fig = Figure(figsize=(3.6 * len(kinds) + 0.6, 2.9 * len(metrics) + 0.3), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(metrics), len(kinds), squeeze=False)
+    for i, metric in enumerate(metrics):
+        objectives = sorted({o for o, _ in points_by_metric[metric]})
+        for j, kind in enumerate(kinds):
+            ax = axes[i][j]
+            for c, objective in enumerate(objectives):
+                by_rate = defaultdict(list)
+                for rate, value in points_by_metric[metric].get((objective, kind), []):
+                    by_rate[rate].append(value)
+                if not by_rate:
+                    continue
+                rates = sorted(by_rate)
+                means = [sum(by_rate[r]) / len(by_rate[r]) for r in rates]
+                sds = [_sd(by_rate[r]) for r in rates]
+                ax.errorbar(rates, means, yerr=sds, marker="o", capsize=3, color=f"C{c}", label=objective)
+            ax.set_title(f"false positives: {kind}")
+            ax.set_xlabel("ρ (share of positives replaced)")
+            ax.grid(True, alpha=0.3)
+            if j == 0:
+                ax.set_ylabel(f"{metric_label(metric)} (mean ± sd over seeds)")
+    axes[0][-1].legend(fontsize="small")
+    return fig
+
+
+def _sd(values: Sequence[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    m = sum(values) / len(values)
+    return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
 
 
 def main(argv: Sequence[str] | None = None) -> str:
     ap = argparse.ArgumentParser(prog="python -m multipos.report.noise", description=__doc__.split("\n\n")[0])
     ap.add_argument("sweep_dirs", nargs="+")
     ap.add_argument("--set", default="nfcorpus_test")
-    ap.add_argument("--metric", default="ndcg@10")
-    ap.add_argument("--out", default=None, help="also write the table to this file")
+    ap.add_argument("--metrics", nargs="+", default=["ndcg@10"])
+    ap.add_argument("--reference", default="singlelh", help="the objective whose slope the others are compared with")
+    ap.add_argument("--out", default=None, help="also write the tables to this file")
+    ap.add_argument("--plot", default=None, help="also draw score against ρ to this PNG file")
     args = ap.parse_args(argv)
-    text = format_slopes(noise_slopes(noise_points(args.sweep_dirs, args.set, args.metric)), args.set, args.metric)
+    points = {m: noise_points(args.sweep_dirs, args.set, m) for m in args.metrics}
+    tables = []
+    for metric, pts in points.items():
+        rows = noise_slopes(pts)
+        slope_differences(rows, args.reference)
+        tables.append(format_slopes(rows, args.set, metric, args.reference))
+    text = "\n".join(tables)
     print(text)
     if args.out:
         atomic.write_text(Path(args.out), text)
+    if args.plot:
+        with atomic.writer(Path(args.plot), "wb") as f:
+            noise_figure(points).savefig(f, format="png", dpi=120)
     return text
 
 
