@@ -132,3 +132,41 @@ def test_relevance_only_is_an_umbrela_style_judge(tiny_beir, stub_server, tmp_pa
                             "stages.utility=false"))
     assert set(summary["stages"]) == {"relevance"} and summary["training_queries"] > 0
     assert (tmp_path / "out" / "qrels" / "utility.tsv").read_text() == "query-id\tcorpus-id\tscore\n"
+
+
+def test_a_score_threshold_judge_grades_relevance_from_the_encoder_scores(tiny_beir, tiny_bert, tmp_path):
+    """``judge.backend=score_threshold``: grade = thresholds reached by the model's score; relevance only."""
+    import numpy as np
+
+    from multipos.annotate.score_judge import grades_from_scores
+    from multipos.model.encoder import DualEncoder
+    from multipos.retrieval.encoding import encode
+
+    extra = ["judge.backend=score_threshold", f"judge.model={tiny_bert}", "judge.thresholds=[0.0,0.1,0.2]",
+             "stages.pseudo_answer=false", "stages.utility=false", "stages.relevance_threshold=2"]
+    summary = annotate(_cfg(tiny_beir, "http://unused", tmp_path, "out", *extra))
+    out = tmp_path / "out"
+    grades = [line.split("\t") for line in (out / "qrels" / "relevance.tsv").read_text().splitlines()[1:]]
+    assert summary["pairs"] == len(grades) == summary["stages"]["relevance"]["calls"] and not summary["malformed"]
+    from multipos.formats.beir import read_corpus, read_queries
+
+    corpus, queries = read_corpus(tiny_beir / "corpus.jsonl"), read_queries(tiny_beir / "queries.jsonl")
+    model = DualEncoder(str(tiny_bert))
+    q, p, g = grades[0]
+    score = float(np.dot(encode(model, [queries[q]], kind="query", progress=False)[0],
+                         encode(model, corpus.texts([p]), kind="passage", progress=False)[0]))
+    assert int(g) == int(grades_from_scores(np.array([score]), [0.0, 0.1, 0.2])[0])
+    lines = [json.loads(x) for x in (out / "train.jsonl").read_text().splitlines()]
+    positives = {(line["query_id"], d["docid"]) for line in lines for d in line["positive_passages"]}
+    assert positives == {(q, p) for q, p, g in grades if int(g) >= 2}
+    with pytest.raises(ValueError, match="stages.pseudo_answer=false"):
+        annotate(_cfg(tiny_beir, "http://unused", tmp_path, "out2", *extra[:3]))
+
+
+def test_score_thresholds_must_ascend():
+    from multipos.annotate.score_judge import grades_from_scores
+
+    assert list(grades_from_scores([0.1, 0.5, 0.9], [0.5])) == [0, 1, 1]
+    assert list(grades_from_scores([0.1, 0.5, 0.9], [0.2, 0.5, 0.95])) == [0, 2, 2]
+    with pytest.raises(ValueError, match="ascending"):
+        grades_from_scores([0.1], [0.5, 0.2])

@@ -13,6 +13,7 @@ from multipos.annotate.cache import CallCache
 from multipos.annotate.candidates import pool_candidates
 from multipos.annotate.judges import Judge, OpenAIJudge, TransformersJudge
 from multipos.annotate.pipeline import Annotator, StageSettings
+from multipos.annotate.score_judge import ScoreThresholdJudge
 from multipos.annotate.stages import Prompt
 from multipos.assets import REPO_ROOT, cache_dir, resolve_dataset
 from multipos.formats.beir import read_corpus, read_queries
@@ -25,15 +26,17 @@ log = logging.getLogger(__name__)
 PROMPTS = REPO_ROOT / "conf" / "annotate" / "prompts"
 
 
-def build_judge(j: DictConfig, cache: CallCache) -> Judge:
-    """The judge of the ``judge`` settings ``j`` (``backend``: openai | transformers). Raises ValueError for another
-    backend."""
+def build_judge(j: DictConfig, cache: CallCache) -> Judge | ScoreThresholdJudge:
+    """The judge of the ``judge`` settings ``j`` (``backend``: openai | transformers | score_threshold). Raises
+    ValueError for another backend."""
+    if j.backend == "score_threshold":
+        return ScoreThresholdJudge(j.model, list(j.thresholds), cache_dir() / "embeddings")
     if j.backend == "openai":
         return OpenAIJudge(j.base_url, j.model, j.api_key, j.temperature, j.max_tokens, j.timeout, j.max_retries,
                            cache=cache)
     if j.backend == "transformers":
         return TransformersJudge(j.model, j.get("gguf_file"), j.max_tokens, cache=cache)
-    raise ValueError(f"judge.backend {j.backend!r}; allowed: openai, transformers")
+    raise ValueError(f"judge.backend {j.backend!r}; allowed: openai, transformers, score_threshold")
 
 
 def load_queries(folder: Path, queries_file: str | None, split: str | None, max_queries: int | None) -> dict:

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from multipos import atomic
 from multipos.annotate.judges import Judge
-from multipos.annotate.stages import Prompt, ask, parse_grade, parse_text
+from multipos.annotate.score_judge import ScoreThresholdJudge
+from multipos.annotate.stages import Answer, Prompt, ask, parse_grade, parse_text
 from multipos.formats.types import Corpus
 
 __all__ = ["Annotator", "StageSettings"]
@@ -49,12 +50,20 @@ class StageSettings:
 
 class Annotator:
     """Runs the pipeline (module docstring) with ``judge``, ``prompts`` ({stage: :class:`Prompt`}), ``concurrency``
-    requests at a time and ``max_format_retries`` re-asks of a malformed answer."""
+    requests at a time and ``max_format_retries`` re-asks of a malformed answer.
 
-    def __init__(self, judge: Judge, prompts: dict[str, Prompt], settings: StageSettings | None = None,
-                 concurrency: int = 4, max_format_retries: int = 2, progress: bool = True):
+    A :class:`~multipos.annotate.score_judge.ScoreThresholdJudge` grades relevance from scores, in one batch, and
+    asks no prompt; it cannot write a pseudo-answer, so with it ``settings.pseudo_answer`` and ``settings.utility``
+    must be off (ValueError naming ``stages.pseudo_answer`` / ``stages.utility`` otherwise)."""
+
+    def __init__(self, judge: Judge | ScoreThresholdJudge, prompts: dict[str, Prompt],
+                 settings: StageSettings | None = None, concurrency: int = 4, max_format_retries: int = 2,
+                 progress: bool = True):
         self.judge, self.prompts = judge, prompts
         self.settings = settings or StageSettings()
+        if isinstance(judge, ScoreThresholdJudge) and (self.settings.pseudo_answer or self.settings.utility):
+            raise ValueError("judge.backend=score_threshold grades relevance only: set stages.pseudo_answer=false "
+                             "stages.utility=false")
         self.concurrency, self.max_format_retries, self.progress = concurrency, max_format_retries, progress
         self.summary: dict = {"stages": {}}
         self.malformed: list[dict] = []
@@ -77,6 +86,17 @@ class Annotator:
                  counts["cache_hits"], bad)
         return results
 
+    def _scored(self, name: str, pairs: Sequence[tuple[str, str]], queries: dict[str, str],
+                text: dict[str, str]) -> list[Answer]:
+        """The relevance grades of a score-threshold judge, counted like a stage (calls = pairs scored)."""
+        start = time.perf_counter()
+        grades = self.judge.grade(pairs, queries, text) if pairs else []
+        self.summary["stages"][name] = {"items": len(pairs), "calls": len(pairs), "cache_hits": 0, "prompt_tokens": 0,
+                                        "completion_tokens": 0, "malformed": 0,
+                                        "seconds": round(time.perf_counter() - start, 3)}
+        log.info("%s: %d pairs graded by score thresholds %s", name, len(pairs), self.judge.thresholds)
+        return [Answer(g, ()) for g in grades]
+
     def _record(self, stage: str, qid: str, pid: str | None, answer) -> None:
         if answer.value is None:
             self.malformed.append({"stage": stage, "query_id": qid, "passage_id": pid, "raw": list(answer.raw)})
@@ -93,7 +113,10 @@ class Annotator:
             q, p = pair
             return ask(self.judge, self.prompts["relevance"], parse_grade, retries, query=queries[q], passage=text[p])
 
-        rel_answers = self._stage("relevance", pairs, relevance)
+        if isinstance(self.judge, ScoreThresholdJudge):
+            rel_answers = self._scored("relevance", pairs, queries, text)
+        else:
+            rel_answers = self._stage("relevance", pairs, relevance)
         grades: dict[str, dict[str, int]] = {q: {} for q in queries}
         for (q, p), a in zip(pairs, rel_answers):
             self._record("relevance", q, p, a)

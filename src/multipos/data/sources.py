@@ -186,7 +186,9 @@ class BeirGradedSource:
 
     Args:
         path: BEIR folder or dataset name (e.g. ``nfcorpus``; resolved via MULTIPOS_ASSETS).
-        qrels_file: graded qrels relative to the folder (TREC or BEIR TSV), e.g. ``qrels-graded/train.s-3.qrel``.
+        qrels_file: graded qrels (TREC or BEIR TSV) relative to the folder, e.g. ``qrels-graded/train.s-3.qrel``;
+            else a path (absolute, or relative to the working directory: ``annotations/<name>/qrels/relevance.tsv``
+            written by ``python annotate.py``).
         gold_grade: grade of gold (human) positives; silver_grade: grade of silver positives.
         negatives: ``bm25`` (BM25 top-``negative_depth``) or ``dense`` (``negative_model``'s top-``negative_depth``,
             :func:`multipos.mining.dense_negatives.mine_with_checkpoint`); judged passages removed either way
@@ -264,6 +266,8 @@ class BeirGradedSource:
         corpus = read_corpus(folder / "corpus.jsonl")
         texts = read_queries(folder / "queries.jsonl")
         qpath = folder / self.qrels_file
+        if not qpath.is_file() and Path(self.qrels_file).is_file():  # labels made elsewhere (python annotate.py)
+            qpath = Path(self.qrels_file)
         if not qpath.is_file():
             have = sorted(p.name for p in qpath.parent.glob("*") if p.is_file()) if qpath.parent.is_dir() else []
             raise FileNotFoundError(f"{qpath}: training qrels (data.source.qrels_file) not found in {folder}; "
