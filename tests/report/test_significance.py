@@ -132,3 +132,21 @@ def test_a_control_baseline_marks_each_setting_against_the_control_of_its_object
     assert "+/-: significantly better/worse than negative_filter=none (same objective" in table
     # against SingleLH (the default) a study without SingleLH rows marks nothing
     assert "+" not in render_table(pool, [SET], ["ndcg@10"], row_key="objective,negative_filter").split("**bold**")[0]
+
+
+def test_a_baseline_is_taken_from_the_same_sweep_cell_when_config_keys_tie(tmp_path):
+    """Cells that differ only in a key outside the matched config keys (the label-noise rate) each get the baseline
+    of their own cell, not an ambiguity error."""
+    from multipos.report import collect
+    from multipos.report.significance import resolve_baseline
+
+    for rate in ("0.1", "0.5"):
+        for objective in ("singlelh", "lsepair"):
+            make_run(tmp_path, f"loss={objective},rate={rate}", objective,
+                     per_query={SET: {"ndcg@10": qmap([0.1, 0.2, 0.3])}},
+                     overrides=[f"loss={objective}", f"data.source.label_noise.rate={rate}"])
+    runs = collect([tmp_path])
+    for run in runs:
+        if run.objective == "lsepair":
+            base = resolve_baseline(run, runs, "singlelh")
+            assert base.name == run.name.replace("lsepair", "singlelh")

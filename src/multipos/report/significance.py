@@ -6,7 +6,7 @@ import math
 import sys
 from typing import Mapping, Sequence, Union
 
-from multipos.report.runs import CONFIG_KEYS, RunResult
+from multipos.report.runs import CONFIG_KEYS, RunResult, override_map
 from multipos.report.seeds import SeedGroup, same_row
 
 #: A table row: one run, or the runs of one configuration over several seeds.
@@ -141,8 +141,10 @@ def resolve_baseline(run: Row, runs: Sequence[Row], baseline: str | Row | None) 
     the seed); among several such rows, the one with the same seed(s) as ``run``. A control
     ``"<key>=<value>"`` (e.g. ``"negative_filter=none"``: each filter against no filter) → ``run`` itself when
     its ``key`` has that value, else the row with that value, the same objective and the same
-    :data:`MATCH_KEYS` values. ``None`` when no row matches. Raises ``ValueError`` listing the candidates when
-    several match equally well — pass the baseline run explicitly then.
+    :data:`MATCH_KEYS` values. Among several such rows: the one with the same seed(s), then the one whose sweep
+    overrides (``.hydra/overrides.yaml``) are the same but for the objective, the seed and the control key (the same
+    cell of the study, e.g. the same noise rate). ``None`` when no row matches. Raises ``ValueError`` listing the
+    candidates when several match equally well — pass the baseline run explicitly then.
     """
     if baseline is None or isinstance(baseline, (RunResult, SeedGroup)):
         return baseline
@@ -154,6 +156,11 @@ def resolve_baseline(run: Row, runs: Sequence[Row], baseline: str | Row | None) 
                   and all(r.config.get(k) == cfg.get(k) for k in MATCH_KEYS)]
     if len(candidates) > 1:
         candidates = [r for r in candidates if r.config.get("seed") == cfg.get("seed")] or candidates
+    if len(candidates) > 1:  # the same sweep cell but for the objective (and the control key): e.g. the same noise
+        drop = {"loss", "seed", *([baseline.split("=", 1)[0]] if is_control(baseline) else [])}
+        cell = {k: v for k, v in override_map(run.overrides).items() if k not in drop}
+        candidates = [r for r in candidates
+                      if {k: v for k, v in override_map(r.overrides).items() if k not in drop} == cell] or candidates
     if len(candidates) > 1:
         raise ValueError(f"ambiguous {baseline} baseline for {_where(run)}: "
                          f"{', '.join(_where(r) for r in candidates)} match equally on "
