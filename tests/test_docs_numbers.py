@@ -59,7 +59,7 @@ def unsourced_numbers(page: Path) -> list[str]:
             rel = target.relative_to(REPO).as_posix() if target.is_relative_to(REPO) else ""
             if rel.startswith(RESULTS):
                 linked.extend(sorted(target.rglob("*")) if target.is_dir() else [target])
-        sources = "".join(p.read_text(encoding="utf-8") for p in linked if p.is_file())
+        sources = "".join(p.read_text(encoding="utf-8") for p in linked if p.is_file() and p.suffix != ".png")
         where = f"{page.relative_to(REPO)}:{start}"
         if not linked:
             problems.append(f"{where}: states {numbers[:3]} but links no results file")
