@@ -18,7 +18,6 @@ import pytest
 
 from multipos.annotate.cache import CallCache
 from multipos.annotate.judges import OpenAIJudge
-from tests.annotate.test_judges_and_pools import tiny_lm  # noqa: F401  (fixture)
 from tests.annotate.test_pipeline import _cfg
 
 pytest.importorskip("fastapi", reason="transformers serve needs fastapi (pip install -e '.[test]')")
@@ -53,7 +52,7 @@ def _serve(model: str, log: Path, timeout: float = 180.0):
 
 
 @pytest.fixture(scope="module")
-def server(tiny_lm, tmp_path_factory):  # noqa: F811
+def server(tiny_lm, tmp_path_factory):
     if not SERVE.is_file():
         pytest.skip(f"{SERVE}: no transformers command")
     proc, url = _serve(str(tiny_lm), tmp_path_factory.mktemp("serve") / "serve.log")
