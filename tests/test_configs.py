@@ -11,11 +11,16 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from multipos.runs.spec import run_spec
 from multipos.training.stages import plan
 from tests.helpers import CONF, compose_cfg
 
 GROUPS = sorted(p.name for p in Path(CONF).iterdir() if p.is_dir() and p.name not in ("hydra", "experiment"))
 EXPERIMENTS = sorted(p.stem for p in (Path(CONF) / "experiment").glob("*.yaml"))
+#: Evaluation-only studies (``job: evaluate``): run by evaluate.py, composed from ``conf/evaluate.yaml``.
+EVAL_EXPERIMENTS = sorted(e for e in EXPERIMENTS
+                          if OmegaConf.load(Path(CONF) / "experiment" / f"{e}.yaml").get("job") == "evaluate")
+TRAIN_EXPERIMENTS = [e for e in EXPERIMENTS if e not in EVAL_EXPERIMENTS]
 #: Groups whose files need other settings to compose (an eval set whose paths the user gives).
 NEEDS = {("eval", "beir"): ["eval.paths=[nfcorpus]"]}
 #: Experiments that need a setting to compose (the user's data).
@@ -47,10 +52,15 @@ def test_every_group_file_composes(group, name):
     OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
 
 
+def job_config(experiment: str) -> str:
+    """The primary config a study composes from: ``evaluate`` for an evaluation-only study, else ``train``."""
+    return "evaluate" if experiment in EVAL_EXPERIMENTS else "train"
+
+
 def sweep_cells(experiment: str, seeds_once: bool = False) -> list[list[str]]:
     """Every override combination of an experiment's ``hydra.sweeper.params`` (choice lists expanded;
     an Optuna interval contributes its two ends); ``seeds_once``: the first seed of the seed axis only."""
-    cfg = compose_cfg("train", [f"experiment={experiment}"], return_hydra_config=True)
+    cfg = compose_cfg(job_config(experiment), [f"experiment={experiment}"], return_hydra_config=True)
     params = OmegaConf.to_container(cfg.hydra.sweeper.params) if cfg.hydra.sweeper.get("params") else {}
     if seeds_once and "seed" in params:  # a seed changes no composition: one seed stands for all
         params["seed"] = str(params["seed"]).split(",")[0]
@@ -81,19 +91,35 @@ def sweep_cells(experiment: str, seeds_once: bool = False) -> list[list[str]]:
 def test_every_experiment_cell_composes_and_plans(experiment, scale):
     cells = sweep_cells(experiment, seeds_once=True)
     assert cells, f"{experiment}: no sweep"
+    evaluates = experiment in EVAL_EXPERIMENTS
+    size = f"size={scale}" if evaluates else f"scale={scale}"
     for cell in cells if scale == "cpu" else cells[:1]:  # the paper scale changes no sweep axis
-        cfg = compose_cfg("train", [f"experiment={experiment}", f"scale={scale}", "paths.output_dir=out", *cell,
-                                    *EXPERIMENT_NEEDS.get(experiment, [])])
+        cfg = compose_cfg(job_config(experiment), [f"experiment={experiment}", size, "paths.output_dir=out", *cell,
+                                                   *EXPERIMENT_NEEDS.get(experiment, [])])
         resolved = OmegaConf.to_container(cfg, resolve=True)
         assert resolved["experiment_name"] == experiment
         assert resolved["report"]["name"] == experiment and resolved["report"]["columns"]
-        stages = plan(cfg.stages, evaluate_only=bool(resolved.get("init_from")))  # every stage valid
-        # a study trains, unless it evaluates another study's models (init_from, no epochs: Table 3)
-        assert (sum(s.epochs for s in stages) >= 1
-                or (resolved.get("init_from") and resolved["trainer"]["max_epochs"] == 0))
+        assert resolved["size"]["name"] == scale
+        if evaluates:  # evaluates another study's models, trains nothing
+            assert resolved["job"] == "evaluate" and resolved["init_from"].endswith("/model")
+            assert run_spec(cfg).stages == [] and run_spec(cfg).seed is None
+        else:
+            assert resolved["job"] == "train"
+            assert sum(s.epochs for s in plan(cfg.stages)) >= 1  # every stage valid, one trains
 
 
-@pytest.mark.parametrize("experiment", EXPERIMENTS)
+@pytest.mark.parametrize("experiment", EVAL_EXPERIMENTS)
+def test_evaluation_only_study_instantiates(experiment, tiny_bert, tmp_path):
+    """The first cell of each evaluation-only study builds its encoder and eval sets (tiny BERT: no download)."""
+    cell = sweep_cells(experiment)[0]
+    cfg = compose_cfg("evaluate", [f"experiment={experiment}", *cell, f"model.name_or_path={tiny_bert}",
+                                   f"paths.output_dir={tmp_path}"])
+    instantiate(cfg.model)
+    for spec in [*(cfg.eval.get("test_sets") or {}).values(), *([cfg.eval.validation] if cfg.eval.validation else [])]:
+        instantiate(spec)
+
+
+@pytest.mark.parametrize("experiment", TRAIN_EXPERIMENTS)
 def test_experiment_instantiates(experiment, tiny_bert, tmp_path):
     """The first cell of each experiment builds its data module, model, objective, module factory, callbacks
     and eval sets (the model path points at the tiny BERT: no download)."""
@@ -144,105 +170,59 @@ def test_tokenization_runs_in_dataloader_workers_only_on_a_gpu(monkeypatch):
     assert compose_cfg("train", ["scale=paper"]).data.num_workers == 4
 
 
-def test_table3_evaluates_the_table2_run_of_the_same_cell():
-    """Each Table 3 cell starts from the Table 2 run directory of the same sweep cell (and trains nothing)."""
-    for scale in ("cpu", "paper"):
+def test_table3_evaluates_the_table2_model_of_the_same_cell():
+    """Each Table 3 cell (evaluate.py) evaluates the Table 2 model of its objective and seed, at either size and either
+    side (size.suffix=-query_side: the query-side models), on out-of-domain sets only; the zero-shot row is the
+    encoder Table 2 started from."""
+    for scale, suffix in (("cpu", ""), ("cpu", "-query_side"), ("paper", "")):
+        table2 = ["scale=" + scale + ("_query_side" if suffix else "")]
         for cell in sweep_cells("table3_ood"):
-            t2 = compose_cfg("train", ["experiment=table2_homogeneous", f"scale={scale}", *cell],
+            trained = [o.replace("objective=", "loss=") for o in cell]
+            t2 = compose_cfg("train", ["experiment=table2_homogeneous", *table2, *trained], return_hydra_config=True)
+            t3 = compose_cfg("evaluate", ["experiment=table3_ood", f"size={scale}", f"size.suffix={suffix}", *cell],
                              return_hydra_config=True)
-            t3 = compose_cfg("train", ["experiment=table3_ood", f"scale={scale}", "paths.output_dir=out", *cell])
             assert t3.init_from == f"{t2.hydra.sweep.dir}/{t2.hydra.job.override_dirname}/model"
-            assert t3.trainer.max_epochs == 0 and t3.eval.validation is None
+            assert t3.eval.validation is None and t3.eval.references
             assert t3.model.name_or_path == t2.model.name_or_path  # the zero-shot row: the starting encoder
+            assert t3.hydra.sweep.dir == f"multirun/table3_ood-{scale}{suffix}"
+            assert t3.hydra.job.override_dirname == t2.hydra.job.override_dirname.replace("loss=", "objective=")
 
 
-def test_two_tower_wise_ft_interpolates_each_seed_of_the_two_tower_job_toward_its_start():
-    """Each ``two_tower_wise_ft`` cell evaluates the ``two_tower`` run of its seed (trains nothing) and interpolates
-    toward the encoder that run started from (``wise_ft.start`` null: ``model.name_or_path``); alpha 0 to 1."""
-    cells = sweep_cells("two_tower_wise_ft")
+@pytest.mark.parametrize("experiment", ["two_tower_wise_ft", "query_side_wise_ft"])
+def test_wise_ft_studies_interpolate_each_seed_of_their_job_toward_its_start(experiment):
+    """Each WiSE-FT cell (evaluate.py) evaluates the model of its seed of the job it names and interpolates toward
+    the encoder that job started from (``wise_ft.start`` null: ``model.name_or_path``); alpha 0 to 1."""
+    cells = sweep_cells(experiment)
     assert (sorted({float(dict(o.split("=", 1) for o in c)["wise_ft.alpha"]) for c in cells})
             == [0.0, 0.25, 0.5, 0.75, 1.0])
+    trained = experiment.removesuffix("_wise_ft").replace("query_side", "default")
     for cell in cells:
         seed = [o for o in cell if o.startswith("seed=")]
-        job = compose_cfg("train", ["experiment=two_tower", *seed], return_hydra_config=True)
-        wise = compose_cfg("train", ["experiment=two_tower_wise_ft", "paths.output_dir=out", *cell])
+        job = compose_cfg("train", [f"experiment={trained}", *seed], return_hydra_config=True)
+        wise = compose_cfg("evaluate", [f"experiment={experiment}", "paths.output_dir=out", *cell])
         assert wise.init_from == f"{job.hydra.sweep.dir}/{job.hydra.job.override_dirname}/model"
-        assert wise.trainer.max_epochs == 0 and wise.wise_ft.start is None
-        assert wise.model.name_or_path == job.model.name_or_path and wise.loss.name == job.loss.name
+        assert wise.wise_ft.start is None and wise.model.name_or_path == job.model.name_or_path
 
 
-@pytest.mark.parametrize("scale", ["cpu", "cpu_query_side"])
-def test_table3_trains_nothing_at_either_scale(scale):
-    """``scale=cpu_query_side`` sets 3 epochs for every study that sets none; Table 3 sets 0 and only evaluates
-    Table 2's models of the same scale, read from Table 2's sweep folder of that scale."""
-    extra = [f"scale={scale}"]
-    cfg = compose_cfg("train", ["experiment=table3_ood", *extra, "paths.output_dir=out"])
-    assert cfg.trainer.max_epochs == 0
-    suffix = "-query_side" if scale == "cpu_query_side" else ""
-    assert cfg.init_from.startswith(f"multirun/table2_homogeneous-cpu{suffix}/")
-    if suffix:  # a study that sets no epochs trains 3 query-side
-        assert compose_cfg("train", ["experiment=table2_homogeneous", *extra,
-                                     "paths.output_dir=out"]).trainer.max_epochs == 3
+def test_each_job_refuses_the_other_jobs_studies(tmp_path):
+    """train.py refuses an evaluation-only study and evaluate.py a training one, naming the command to use."""
+    from multipos.evaluate import EvaluationJob
+    from multipos.train import TrainingJob
 
-
-@pytest.mark.parametrize("name", sorted(p.stem for p in (Path(CONF) / "benchmark").glob("*.yaml")))
-def test_each_benchmark_is_an_eval_choice_defined_once(name):
-    """``eval=<set>`` selects the set ``conf/benchmark/<set>.yaml`` with the shared settings (registered by
-    ``multipos.config_resolvers.register_eval_sets``; no ``conf/eval`` file repeats a set)."""
-    assert not (Path(CONF) / "eval" / f"{name}.yaml").exists()
-    for config in ("train", "evaluate"):
-        cfg = compose_cfg(config, [f"eval={name}", "model.name_or_path=x"])
-        assert list(cfg.eval.test_sets) == [name] and cfg.eval.k == 1000
-        bench = OmegaConf.load(Path(CONF) / "benchmark" / f"{name}.yaml")
-        assert OmegaConf.to_container(cfg.eval.test_sets[name]) == OmegaConf.to_container(bench)
-
-
-def test_a_gpu_variant_sweeps_into_its_own_folder_with_the_cpu_run_names():
-    """``trainer=gpu ++size.suffix=-gpu`` (docs/gpu.md, bench/gpu/call_studies.sh): the sweep goes to
-    ``multirun/<study>-cpu-gpu`` with the same run subfolders as the CPU sweep (the trainer and the suffix name no
-    subfolder), and its run key differs, so a GPU run is never taken for a CPU one (or reused in its place)."""
-    from multipos.runs.spec import run_key
-
-    cell = ["loss=jointlh", "seed=43"]
-    variant = ["trainer=gpu", "++size.suffix=-gpu"]
-    cpu = compose_cfg("train", ["experiment=table2_homogeneous", *cell], return_hydra_config=True)
-    gpu = compose_cfg("train", ["experiment=table2_homogeneous", *variant, *cell], return_hydra_config=True)
-    assert gpu.hydra.sweep.dir == f"{cpu.hydra.sweep.dir}-gpu"
-    assert gpu.hydra.job.override_dirname == cpu.hydra.job.override_dirname == "loss=jointlh,seed=43"
-    assert gpu.trainer.accelerator == "gpu"
-    plain = [compose_cfg("train", ["experiment=table2_homogeneous", *extra, *cell, "paths.output_dir=o"])
-             for extra in ([], variant)]
-    assert run_key(plain[0]) != run_key(plain[1])
-
-
-def test_a_gpu_run_logs_every_10_steps_and_keeps_the_runs_it_continues(monkeypatch):
-    """``trainer.log_every_n_steps: ${auto_log_interval:}``: every step on a CPU, every 10 where a CUDA GPU is (each
-    log reads the loss back from the GPU). How often a run logs is not in its spec, so GPU runs that logged every
-    step keep their run key and equivalence key. Another setting in the trainer still changes the key."""
-    import torch
-
-    from multipos.runs.spec import run_key, run_spec
-
-    cell = ["experiment=table2_homogeneous", "trainer=gpu", "++size.suffix=-gpu", "loss=jointlh", "seed=43",
-            "paths.output_dir=o"]
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert compose_cfg("train", cell).trainer.log_every_n_steps == 1
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
-    now = compose_cfg("train", cell)
-    before = compose_cfg("train", [*cell, "trainer.log_every_n_steps=1"])
-    assert now.trainer.log_every_n_steps == 10 and compose_cfg("train", ["trainer=ddp"]).trainer.log_every_n_steps == 10
-    assert run_key(now) == run_key(before)
-    assert run_spec(now).equivalence_key() == run_spec(before).equivalence_key()
-    assert now.trainer.log_every_n_steps == 10  # hashing leaves the config as it is
-    assert run_key(compose_cfg("train", [*cell, "trainer.gradient_clip_val=2.0"])) != run_key(now)
+    cfg = compose_cfg("train", ["experiment=table3_ood", f"paths.output_dir={tmp_path}"])
+    with pytest.raises(ValueError, match="python evaluate.py -m experiment=table3_ood"):
+        TrainingJob.setup(cfg)
+    cfg = compose_cfg("evaluate", [f"paths.output_dir={tmp_path}", "job=train", "experiment_name=table2_homogeneous"])
+    with pytest.raises(ValueError, match="python train.py -m experiment=table2_homogeneous"):
+        EvaluationJob.setup(cfg)
+    assert not any(tmp_path.iterdir())
 
 
 def test_the_main_job_trains_the_recipe_the_search_chose():
     """``make train`` (``experiment=default``) trains what ``conf/recipe/top1.yaml`` (the recipe search's best trial)
     says, as one experiment with no recipe axis: its resolved config equals that of the recipe confirmation's
     ``recipe=top1`` cell (the search's shared settings + the recipe) with the main job's evaluation, so its numbers are
-    the recipe's; ``query_side_wise_ft`` interpolates those models."""
+    the recipe's."""
     cfg = compose_cfg("train", ["experiment=default"], return_hydra_config=True)
     assert "recipe" not in cfg.hydra.sweeper.params and str(cfg.hydra.sweeper.params.seed) == "42,43,44"
     run = compose_cfg("train", ["experiment=default", "paths.output_dir=o"])
@@ -258,8 +238,6 @@ def test_the_main_job_trains_the_recipe_the_search_chose():
     drop = ("report", "hydra", "optimized_metric", "reuse_equivalent")
     assert ({k: v for k, v in OmegaConf.to_container(run, resolve=True).items() if k not in drop}
             == {k: v for k, v in OmegaConf.to_container(searched, resolve=True).items() if k not in drop})
-    wise = (Path(CONF) / "experiment" / "query_side_wise_ft.yaml").read_text()
-    assert "init_from: ${sweep_dir:default,${size.name},none}/seed=${seed}/model" in wise
 
 
 def test_python_train_py_with_no_argument_runs_the_main_job():

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoModel
 
+from multipos.runs.spec import run_spec
 from multipos.train import train
 from tests.helpers import compose_cfg, tiny_overrides, trainer_overrides
 
@@ -49,26 +50,44 @@ def test_train_writes_metrics_runs_and_hf_model(tiny_beir, tiny_bert, tmp_path, 
         assert [r["regime"] for r in info["stage_records"]] == ["homogeneous", "gold"]
 
 
-def test_init_from_evaluates_a_trained_model_without_training(tiny_beir, tiny_bert, tmp_path):
-    """init_from + trainer.max_epochs=0 (Table 3's runs): the trained model's metrics come back unchanged, the
-    zero-shot row stays the starting encoder, and nothing is trained."""
+def evaluate_overrides(tiny_beir, tiny_bert, out, *extra: str) -> list[str]:
+    """The overrides of :func:`tiny_overrides` that ``conf/evaluate.yaml`` knows (encoder, eval sets, run folder)."""
+    return [o for o in tiny_overrides(tiny_beir, tiny_bert, out, *extra) if o.startswith(("model.", "eval", "paths."))]
+
+
+def test_evaluate_job_scores_a_trained_model_and_skips_it_when_finished(tiny_beir, tiny_bert, tmp_path):
+    """evaluate.py with init_from (Table 3's cells): the trained model's metrics come back unchanged, the zero-shot
+    row is the starting encoder (model.name_or_path), nothing is trained, and the finished cell is skipped when run
+    again; its spec is an evaluation spec (no seed, no training sections)."""
+    from multipos.evaluate import evaluate
+
     first = tmp_path / "trained"
     train(compose_cfg("train", ["loss=lsepair", *tiny_overrides(tiny_beir, tiny_bert, first)]))
     out = tmp_path / "evaluated"
-    results = train(compose_cfg("train", ["loss=lsepair", f"++init_from={first / 'model'}",
-                                          *tiny_overrides(tiny_beir, tiny_bert, out, "trainer.max_epochs=0")]))
+    cfg = compose_cfg("evaluate", [f"init_from={first / 'model'}", "eval.references=true",
+                                   *evaluate_overrides(tiny_beir, tiny_bert, out)])
+    results = evaluate(cfg)
     trained = json.loads((first / "metrics.json").read_text())
     for name in ("tiny_dev", "tiny_test"):
         assert results[name] == pytest.approx(trained[name], abs=1e-6)
     refs, first_refs = (json.loads((d / "references.json").read_text()) for d in (out, first))
     for name in ("tiny_dev", "tiny_test"):
         assert refs["zero-shot"][name] == pytest.approx(first_refs["zero-shot"][name])
-    # the trained weights were scored (and saved as this run's model), not the starting ones
-    weights = [AutoModel.from_pretrained(d).embeddings.word_embeddings.weight
-               for d in (first / "model", out / "model", tiny_bert)]
-    assert weights[0].equal(weights[1]) and not weights[0].equal(weights[2])
-    assert not (out / "checkpoints").exists()
-    assert json.loads((out / "run_info.json").read_text())["stage_records"] == []
+    assert not (out / "checkpoints").exists() and not (out / "model").exists()
+    info, spec = (json.loads((out / f).read_text()) for f in ("run_info.json", "spec.json"))
+    assert info["status"] == "complete" and info["run_key"] == run_spec(cfg).key()
+    assert spec["stages"] == [] and spec["seed"] is None and spec["init_from"] == str(first / "model")
+    (out / "per_query.tiny_test.json").unlink()  # a finished cell is not evaluated again
+    assert evaluate(cfg) == json.loads((out / "metrics.json").read_text())
+    assert not (out / "per_query.tiny_test.json").exists()
+
+
+def test_train_refuses_a_plan_that_trains_nothing(tiny_beir, tiny_bert, tmp_path):
+    out = tmp_path / "run"
+    cfg = compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, out, "trainer.max_epochs=0"))
+    with pytest.raises(ValueError, match="nothing to train.*python evaluate.py init_from="):
+        train(cfg)
+    assert not out.exists()
 
 
 def test_missing_init_from_names_the_key_before_writing(tiny_beir, tiny_bert, tmp_path):

@@ -14,21 +14,23 @@ import pytest
 
 from multipos.runs.spec import run_key
 from tests.helpers import compose_cfg
-from tests.test_configs import EXPERIMENT_NEEDS, EXPERIMENTS, sweep_cells
+from tests.test_configs import EXPERIMENT_NEEDS, EXPERIMENTS, job_config, sweep_cells
 
 FIXTURE = Path(__file__).parent / "fixtures" / "study_cells.json"
-VARIANTS = ([], ["scale=cpu_query_side"])
+#: Each study as it is and query-side: train.py's scale, evaluate.py's size suffix (the query-side models).
+VARIANTS = {"train": ([], ["scale=cpu_query_side"]), "evaluate": ([], ["size.suffix=-query_side"])}
 
 
 def study_cells(experiment: str) -> dict[str, list[str]]:
     """{"<experiment>|<variant>|<cell overrides>": [run key, run folder name]} of one study, first seed only, in
     fp32 (``MULTIPOS_BF16=0``: a key does not depend on this machine's bf16)."""
     out = {}
-    for variant in VARIANTS:
+    job = job_config(experiment)
+    for variant in VARIANTS[job]:
         for cell in sweep_cells(experiment, seeds_once=True):
             overrides = [f"experiment={experiment}", *variant, *cell, *EXPERIMENT_NEEDS.get(experiment, [])]
-            cfg = compose_cfg("train", [*overrides, "paths.output_dir=out"])
-            folder = compose_cfg("train", overrides, return_hydra_config=True).hydra.job.override_dirname
+            cfg = compose_cfg(job, [*overrides, "paths.output_dir=out"])
+            folder = compose_cfg(job, overrides, return_hydra_config=True).hydra.job.override_dirname
             out[f"{experiment}|{' '.join(variant)}|{' '.join(sorted(cell))}"] = [run_key(cfg), folder]
     return out
 

@@ -5,7 +5,8 @@ resolvers, and one ``eval=<set>`` choice per evaluation set (:func:`register_eva
 resolves a run's saved config (:func:`multipos.report.runs.config_node`) and by the tests' compose helper; importing
 :mod:`multipos` registers nothing.
 
-``${basename:<path>}`` → last path component (run names of evaluate.py); ``${auto_precision:}``,
+``${basename:<path>[,<path>...]}`` → last component of the first non-null path (run names of evaluate.py);
+``${auto_precision:}``,
 ``${auto_bf16:}``, ``${auto_workers:}``, ``${cores_per_job:<n>}``, ``${threads_per_job:<n>}`` →
 :mod:`multipos.hardware`;
 ``${sweep_dir:…}`` → :func:`sweep_dir`; ``${optuna_storage:…}`` → :func:`optuna_storage`;
@@ -93,9 +94,12 @@ def optuna_seed(base: int, sweep_dir: str, study_name: str) -> int:
     return int(base) + sum(s.n_trials for s in summaries if s.study_name == study_name)
 
 
-def _basename(path) -> str:
-    """Last path component (run names of ``evaluate.py``)."""
-    return str(path).rstrip("/").split("/")[-1]
+def _basename(*paths) -> str:
+    """Last component of the first path that is not null (run names of ``evaluate.py``: ``init_from``, else
+    ``model.name_or_path``); a folder named ``model`` (a run's weights) is named by its run folder."""
+    path = next((p for p in paths if p not in (None, "")), "")
+    parts = [p for p in str(path).rstrip("/").split("/") if p]
+    return (parts[-2] if len(parts) > 1 and parts[-1] == "model" else parts[-1]) if parts else ""
 
 
 def register_resolvers() -> None:

@@ -15,7 +15,7 @@ directory (files listed in :mod:`multipos.evaluation.runner`), plus:
 * ``csv/`` — Lightning logs (one version per stage in multi-stage runs).
 
 ``init_from=<model folder>`` starts from trained weights instead of ``model.name_or_path`` (the zero-shot row
-keeps the latter); with ``trainer.max_epochs=0`` the run trains nothing and only evaluates them (Table 3).
+keeps the latter). A run that trains nothing is ``evaluate.py``'s job (:mod:`multipos.evaluate`).
 
 ``prepare_only=true`` stops the run after everything training reads from the caches and before its first stage:
 the training data (BM25 negatives, teacher ordering), the frozen passage index, and the reference rows (their
@@ -49,7 +49,7 @@ from multipos.evaluation.runner import Evaluation
 from multipos.hardware import return_freed_memory, set_torch_threads
 from multipos.model.interpolation import interpolate_toward_start
 from multipos.model.packing import check_pack_sequences
-from multipos.runs.folder import RunFolder, write_run_info
+from multipos.runs.folder import RunFolder, model_folder, write_run_info
 from multipos.runs.lifecycle import close_run, open_run, write_spec
 from multipos.runs.spec import RunSpec, run_spec
 from multipos.training.distributed import check_launch, device_description, is_rank_zero, trainer_world_size
@@ -60,21 +60,6 @@ from multipos.training.passage_index import for_training as frozen_passage_index
 from multipos.training.stages import Stage, plan, schedule_spans
 
 log = logging.getLogger(__name__)
-
-def _start_weights(init_from: str | None) -> dict:
-    """Keyword arguments that make the model start from ``init_from`` (a trained model folder, e.g. another study's
-    ``<run>/model``) instead of ``model.name_or_path``; ``{}`` when it is unset.
-
-    Raises: FileNotFoundError naming ``init_from`` when the folder does not exist.
-    """
-    if not init_from:
-        return {}
-    if not Path(init_from).is_dir():
-        raise FileNotFoundError(f"init_from={init_from}: no such model folder (a finished run's <run dir>/model; "
-                                f"train the run it names first, e.g. the study it belongs to with `python train.py -m "
-                                f"experiment=<study>`)")
-    return {"name_or_path": str(init_from)}
-
 
 @dataclass
 class TrainingJob:
@@ -111,9 +96,11 @@ class TrainingJob:
         """Read the composed config once into typed pieces. Configuration errors surface here, before anything is
         written: ValueError for an invalid stage plan, passage side or speed setting, FileNotFoundError for a
         missing ``init_from`` folder, what instantiating an evaluation set raises."""
-        init_from = cfg.get("init_from")
-        start_weights = _start_weights(init_from)  # a missing folder fails before anything is written
-        stages = plan(cfg.stages, evaluate_only=bool(init_from))
+        if cfg.get("job", "train") != "train":
+            raise ValueError(f"experiment={cfg.get('experiment_name')} trains nothing (job: {cfg.job}): run it with "
+                             f"`python evaluate.py -m experiment={cfg.get('experiment_name')}`")
+        init_from = model_folder(cfg.get("init_from"))  # a missing folder fails before anything is written
+        stages = plan(cfg.stages)
         passages = cfg.get("passages")
         check_passages(passages)
         out = Path(cfg.paths.output_dir)
@@ -135,7 +122,7 @@ class TrainingJob:
                         loss=cfg.loss, module=cfg.module, config_record=record,
                         passages={"candidates": passages.candidates, "chunk_size": passages.get("chunk_size") or 65536}
                         if frozen else {}),
-            data=cfg.data, model=cfg.model, start_weights=start_weights,
+            data=cfg.data, model=cfg.model, start_weights={"name_or_path": init_from} if init_from else {},
             evaluation=Evaluation.from_node(cfg.eval, cfg.get("run_name")),  # the sets' errors, before any write
             passages=passages, seed=int(cfg.seed),
             wise_ft=(float(wise.get("alpha", 1.0)), wise.get("start") or cfg.model.name_or_path),
@@ -154,10 +141,9 @@ class TrainingJob:
             return run.metrics
         L.seed_everything(self.seed, workers=True)
         stages = self.stages
-        trains = any(s.epochs > 0 for s in stages)
         # checkpoint and tokenizer errors, before anything is written
         model = instantiate(self.model, **self.start_weights, pack_sequences=self.pack_sequences)
-        frozen = bool(self.passages and self.passages.get("frozen")) and trains  # query-side: the frozen index
+        frozen = bool(self.passages and self.passages.get("frozen"))  # query-side: the frozen index
         datamodule = instantiate(self.data, seed=self.seed, encoder=model, tokenize_passages=not frozen)
         world = trainer_world_size(self.fit.trainer)  # data-parallel processes: optimizer steps per epoch per rank
         check_launch(world)
@@ -169,7 +155,7 @@ class TrainingJob:
                                                          "queries": noise.record})
         spans = schedule_spans(stages, steps)
         # query-side: freeze E_d, encode the corpus once (the embedding cache)
-        index = frozen_passage_index(self.passages, model, datamodule.corpus, cache_dir()) if trains else None
+        index = frozen_passage_index(self.passages, model, datamodule.corpus, cache_dir())
         out.mkdir(parents=True, exist_ok=True)
         info = run.info
         if zero:

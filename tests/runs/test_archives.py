@@ -40,12 +40,17 @@ RENDERED = [
 FAST = {"cpu-two_tower_wise_ft-2026-11-27", "cpu-query_side_objectives-2026-11-27"}
 
 
-def todays_overrides(overrides: list[str]) -> list[str]:
+def todays_overrides(overrides: list[str], evaluates: bool = False) -> list[str]:
     """An archived run's command-line overrides as today's configs spell them: ``launcher=parallel`` is retired
     (``parallel_jobs=<n>`` alone runs cells at once) and names no cell; the ``fine_tuning`` group became the scale
-    ``cpu_query_side``."""
+    ``cpu_query_side``. A run that trained nothing (``evaluates``: Table 3, the WiSE-FT curves) is evaluate.py's now:
+    its ``loss=`` names the objective of the model it evaluates and it has no trainer."""
     renamed = {"fine_tuning=query_side": "scale=cpu_query_side"}
-    return [renamed.get(o, o) for o in overrides if not o.startswith("launcher=")]
+    kept = [renamed.get(o, o) for o in overrides if not o.startswith("launcher=")]
+    if evaluates:
+        kept = [o.replace("loss=", "objective=", 1) if o.startswith("loss=") else o
+                for o in kept if not o.startswith("trainer")]
+    return kept
 
 
 def _extract(names: list[str], into: Path) -> Path:
@@ -71,7 +76,8 @@ def test_every_archived_run_is_rekeyed_and_found_finished_by_todays_configs(name
         info = json.loads((folder / "run_info.json").read_text())
         assert info["run_key"] and info["spec_version"] and (folder / "spec.json").is_file()
         overrides = list(OmegaConf.load(migrate._config_file(folder).parent / "overrides.yaml"))
-        cfg = compose_cfg("train", todays_overrides(overrides))
+        evaluates = json.loads((folder / "spec.json").read_text())["stages"] == []
+        cfg = compose_cfg("evaluate" if evaluates else "train", todays_overrides(overrides, evaluates))
         keys = set()
         for machine in migrate.MACHINES:  # the machine that ran it: CPU fp32, bf16, or a GPU
             with migrate._resolving_as(machine, folder):

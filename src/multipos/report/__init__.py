@@ -34,9 +34,9 @@ Conventions (the paper's, with the choices made here):
   of one row): a mismatch raises ``ValueError`` (nothing is silently dropped). The direction of a
   significant difference is the sign of the mean per-query difference.
 * **Baselines** — a row is compared with the row of the baseline objective that agrees with it on
-  every config key of :data:`CONFIG_KEYS` except ``loss.name`` and ``seed`` (data, regime, G, M,
-  positive selection, candidate set); several such rows are ambiguous (an error), none means no marker for that
-  baseline (the table's notes name the rows left without one).
+  every config key of :data:`CONFIG_KEYS` except the objective (``loss.name``, ``objective``) and ``seed`` (data,
+  regime, G, M, positive selection, candidate set); several such rows are ambiguous (an error), none means no marker
+  for that baseline (the table's notes name the rows left without one).
 * **Markers** (appended to the value, SingleLH marker first) — ``+`` / ``-``: significantly better /
   worse than SingleLH; ``♣`` / ``♦``: significantly better / worse than Rand1LH. Markdown uses the
   ASCII ``-`` for a drop (the paper prints a minus sign, U+2212); LaTeX uses one superscript per

@@ -14,7 +14,7 @@ from typing import Iterable, Mapping, Sequence
 from multipos.runs.folder import read_json
 
 #: Config keys read from ``.hydra/config.yaml`` into :attr:`RunResult.config` (plain values only).
-CONFIG_KEYS = ("loss.name", "data.name", "data.regime", "data.group_size", "data.max_positives",
+CONFIG_KEYS = ("loss.name", "objective", "data.name", "data.regime", "data.group_size", "data.max_positives",
                "data.positive_selection", "passages.candidates", "seed")
 #: Short names usable in ``row_key`` (and used to label dotted keys), e.g. ``row_key="G,M"`` → ``G=8,M=4``.
 KEY_ALIASES = {"objective": "loss.name", "data": "data.name", "regime": "data.regime",
@@ -192,8 +192,11 @@ def config_node(run_dir: str | Path, key: str, default: object = None) -> object
 
 
 def _objective(config: Mapping, overrides: Sequence[str]) -> str | None:
-    if config.get("loss.name"):
-        return str(config["loss.name"])
+    """The objective a run trained with (``loss.name``), or that trained the model it evaluated (``objective``, an
+    evaluation-only study such as Table 3), else a ``loss=`` override."""
+    for key in ("loss.name", "objective"):
+        if config.get(key):
+            return str(config[key])
     for o in overrides:  # fall back to a `loss=<name>` / `loss.name=<name>` override
         m = re.fullmatch(r"\+{0,2}loss(?:\.name)?=(\S+)", o.strip())
         if m:

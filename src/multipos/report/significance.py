@@ -12,7 +12,7 @@ from multipos.report.seeds import SeedGroup, same_row
 #: A table row: one run, or the runs of one configuration over several seeds.
 Row = Union[RunResult, SeedGroup]
 #: Keys on which a row and its baseline row must agree (every config key but the objective and the seed).
-MATCH_KEYS = tuple(k for k in CONFIG_KEYS if k not in ("loss.name", "seed"))
+MATCH_KEYS = tuple(k for k in CONFIG_KEYS if k not in ("loss.name", "objective", "seed"))
 DEFAULT_BASELINES = ("singlelh", "rand1lh")
 #: Relative difference up to which :func:`paired_ttest` takes two per-query values as equal: a few units in the last
 #: place of a float64 (2.2e-16 each), far below any difference a metric over judged passages can make.

@@ -44,7 +44,7 @@ class RunFolder:
     experiment: str | None = None
 
 __all__ = ["RUN_INFO", "METRICS", "RunFolder", "read_json", "read_run_info", "write_run_info", "keep_hydra_files",
-           "restore_hydra_files", "is_finished", "prepare_run_dir", "remove_checkpoints"]
+           "restore_hydra_files", "is_finished", "prepare_run_dir", "remove_checkpoints", "model_folder"]
 
 RUN_INFO = "run_info.json"
 METRICS = "metrics.json"
@@ -154,3 +154,18 @@ def remove_checkpoints(run_dir: str | Path) -> int:
         freed += 0 if file.is_symlink() else file.stat().st_size
         file.unlink()
     return freed
+
+
+def model_folder(init_from: str | Path | None) -> str | None:
+    """``init_from`` (a trained model folder, e.g. a finished run's ``<run dir>/model``) as a string, checked to exist;
+    None when it is unset.
+
+    Raises: FileNotFoundError naming ``init_from`` when the folder does not exist.
+    """
+    if not init_from:
+        return None
+    if not Path(init_from).is_dir():
+        raise FileNotFoundError(f"init_from={init_from}: no such model folder (a finished run's <run dir>/model; "
+                                f"train the run it names first, e.g. the study it belongs to with `python train.py -m "
+                                f"experiment=<study>`)")
+    return str(init_from)

@@ -56,7 +56,7 @@ def open_run(spec: RunSpec, folder: RunFolder, stages: list, device: str, starte
     digest, key = spec.key(), spec.equivalence_key()
     previous, finished = prepare_run_dir(out, digest, resume=folder.resume, writer=writer)
     info = {"status": "running", "run_key": digest, "equivalence_key": key, "spec_version": SPEC_VERSION,
-            "experiment": folder.experiment, "seed": int(spec.seed), "device": device,
+            "experiment": folder.experiment, "seed": None if spec.seed is None else int(spec.seed), "device": device,
             "wall_s": float(previous.get("wall_s", 0.0)), "stages": [s.describe() for s in stages],
             "resumed": bool(previous)}
     if finished:  # skipped: its index entry is written again (runs from before the key existed get theirs here)

@@ -14,6 +14,10 @@ and which module a class lives in (a ``_target_`` enters as its class name).
   positive selection are, and only soft-target objectives read target weights. Runs in different folders that
   share it are reused (:mod:`multipos.runs.reuse`).
 
+A run that trains nothing (``evaluate.py``'s job, :func:`evaluates_only`) has an evaluation spec
+(:func:`evaluation_spec`): the weights it evaluates (``init_from``), the encoder settings, the evaluation and WiSE-FT;
+its training sections are empty and it has no seed (the weights' folder names the seed that trained them).
+
 The seeds of one report row are runs whose specs agree but for the seed (:func:`multipos.report.seeds.group_seeds`).
 
 A setting that changes nothing is not added. A new optional feature whose off value is null (inside a section the spec
@@ -36,10 +40,12 @@ from multipos.losses import SOFT_OBJECTIVES
 from multipos.training.stages import DEFAULTS as STAGE_DEFAULTS
 from multipos.training.stages import plan
 
-__all__ = ["SPEC_VERSION", "SPEC_FILE", "RunSpec", "run_spec", "run_key", "spec_from_plain", "digest"]
+__all__ = ["SPEC_VERSION", "SPEC_FILE", "RunSpec", "run_spec", "run_key", "spec_from_plain", "evaluates_only",
+           "evaluation_spec", "digest"]
 
-#: Version of the spec's layout: raised whenever a field is added, removed or renamed.
-SPEC_VERSION = 1
+#: Version of the spec's layout: raised whenever a field is added, removed or renamed. 2: runs that train nothing have
+#: evaluation specs (:func:`evaluation_spec`).
+SPEC_VERSION = 2
 #: The file a run folder keeps its spec in (written when the run opens).
 SPEC_FILE = "spec.json"
 
@@ -96,13 +102,13 @@ def digest(value: Any) -> str:
 class RunSpec:
     """What one run computes (see the module docstring). Every section is plain JSON data.
 
-    ``stages``: each training stage's fields (:class:`multipos.training.stages.Stage`) with those at their default left
-    out;
+    ``seed``: None for a run that trains nothing; ``stages``: each training stage's fields
+    (:class:`multipos.training.stages.Stage`) with those at their default left out;
     ``passages``: ``None`` for two-tower training, else the frozen index's settings; ``wise_ft``: ``None`` when no
     interpolation happens (alpha 1).
     """
 
-    seed: int
+    seed: int | None
     init_from: str | None
     model: dict
     data: dict
@@ -137,10 +143,10 @@ class RunSpec:
         return digest(plain)
 
 
-def _stages(stages: Mapping | None, evaluate_only: bool) -> list[dict]:
+def _stages(stages: Mapping | None) -> list[dict]:
     """The stage plan as spec sections (:func:`multipos.training.stages.plan`), fields at their default left out."""
     out = []
-    for stage in plan(stages or {}, evaluate_only=evaluate_only):
+    for stage in plan(stages or {}):
         described = stage.describe()
         out.append({k: v for k, v in described.items() if not (k in STAGE_DEFAULTS and v == STAGE_DEFAULTS[k])})
     return out
@@ -169,9 +175,37 @@ def _callbacks(callbacks: Mapping | None, refresh: bool) -> dict:
     return out
 
 
+def evaluates_only(plain: Mapping) -> bool:
+    """Whether a resolved config (nested plain dicts) describes a run that trains nothing: ``evaluate.py``'s job
+    (``job: evaluate``), or a training config from ``init_from`` whose every stage has 0 epochs (how Table 3 and the
+    WiSE-FT curves ran before ``evaluate.py`` ran studies)."""
+    if plain.get("job") == "evaluate":
+        return True
+    stages = plain.get("stages") or {}
+    return bool(plain.get("init_from")) and bool(stages) and not any(
+        int((s or {}).get("epochs") or 0) > 0 for s in stages.values())
+
+
+def evaluation_spec(plain: Mapping) -> RunSpec:
+    """:class:`RunSpec` of a run that trains nothing (:func:`evaluates_only`): the weights it evaluates
+    (``init_from``; else ``model.name_or_path``), the encoder settings (``model.name_or_path`` is then the starting
+    checkpoint: the zero-shot reference row and WiSE-FT's default start), the evaluation (with ``zero_shot_model``
+    when one is named) and WiSE-FT; no seed, no training sections."""
+    evaluation = _evaluation(plain.get("eval"))
+    if plain.get("zero_shot_model"):
+        evaluation["zero_shot_model"] = plain["zero_shot_model"]
+    wise_ft = plain.get("wise_ft") or {}
+    return RunSpec(seed=None, init_from=plain.get("init_from"), model=_pick(plain.get("model"), MODEL_FIELDS),
+                   data={}, objective={}, optimization={}, stages=[], passages=None, evaluation=evaluation,
+                   wise_ft=_plain(wise_ft) if wise_ft.get("alpha", 1.0) != 1.0 else None)
+
+
 def spec_from_plain(plain: Mapping) -> RunSpec:
     """:class:`RunSpec` of a resolved config given as nested plain dicts (a run folder's ``.hydra/config.yaml``
-    resolved, or :func:`run_spec`'s). Raises KeyError naming ``seed`` when the config has none."""
+    resolved, or :func:`run_spec`'s): :func:`evaluation_spec` for a run that trains nothing. Raises KeyError naming
+    ``seed`` when a training config has none."""
+    if evaluates_only(plain):
+        return evaluation_spec(plain)
     data = plain.get("data") or {}
     source = _plain(data.get("source") or {})
     module = plain.get("module") or {}
@@ -192,7 +226,7 @@ def spec_from_plain(plain: Mapping) -> RunSpec:
         data={**_pick(data, DATA_FIELDS), "source": source},
         objective={k: v for k, v in _plain(plain.get("loss") or {}).items() if k != "kind"},
         optimization=optimization,
-        stages=_stages(plain.get("stages"), evaluate_only=bool(plain.get("init_from"))),
+        stages=_stages(plain.get("stages")),
         passages=({"candidates": passages.get("candidates"),
                    "index": _pick(passages.get("index"), ("max_length", "bf16", "dtype"))}
                   if passages.get("frozen") else None),
@@ -202,8 +236,8 @@ def spec_from_plain(plain: Mapping) -> RunSpec:
 
 
 #: Top-level config sections a spec reads (only these are resolved).
-READ_SECTIONS = ("seed", "init_from", "model", "data", "loss", "module", "trainer", "callbacks", "stages", "passages",
-                 "eval", "wise_ft")
+READ_SECTIONS = ("job", "seed", "init_from", "zero_shot_model", "model", "data", "loss", "module", "trainer",
+                 "callbacks", "stages", "passages", "eval", "wise_ft")
 
 
 def run_spec(cfg: DictConfig) -> RunSpec:

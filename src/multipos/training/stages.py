@@ -108,21 +108,18 @@ def make_stage(name: str, spec: Mapping[str, Any]) -> Stage:
     )
 
 
-def plan(stages: Mapping[str, Mapping[str, Any]], evaluate_only: bool = False) -> list[Stage]:
+def plan(stages: Mapping[str, Mapping[str, Any]]) -> list[Stage]:
     """The ordered, validated stage list of a ``stages`` config node ({name: spec}, in file order).
 
-    ``evaluate_only`` (a run that starts from trained weights, ``init_from``) allows every stage to have 0
-    epochs: the run then only evaluates those weights.
-
     Raises ValueError for an empty plan or an invalid stage (see :func:`make_stage`), or when every stage
-    has 0 epochs and not ``evaluate_only``.
+    has 0 epochs (evaluating trained weights is ``evaluate.py``'s job).
     """
     if not stages:
         raise ValueError("stages: the plan is empty; use stages=single or stages=curriculum")
     out = [make_stage(str(name), dict(spec)) for name, spec in stages.items()]
-    if not evaluate_only and not any(s.epochs for s in out):
-        raise ValueError("stages: every stage has 0 epochs, nothing to train (to only evaluate trained weights, "
-                         "set init_from=<model folder>)")
+    if not any(s.epochs for s in out):
+        raise ValueError("stages: every stage has 0 epochs, nothing to train (to evaluate trained weights: "
+                         "python evaluate.py init_from=<model folder> eval=<set>)")
     return out
 
 
