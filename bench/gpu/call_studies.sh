@@ -25,16 +25,19 @@ set -- ${STUDIES:-table7_budget table8_first_vs_random_m table9_recontriever fig
 study_seeds() {  # study seed...: one background process per seed, stopped at the deadline (the caller waits)
   local study=$1; shift
   [ $(( end - $(date +%s) )) -gt 30 ] || return 0  # `timeout 0` would mean no limit
+  local job=train.py args="trainer=gpu $VARIANT trainer.enable_progress_bar=false"
+  if grep -qx 'job: evaluate' conf/experiment/$study.yaml; then  # evaluation-only (Table 3): evaluate.py, no trainer
+    job=evaluate.py; args="${VARIANT#scale=cpu_query_side }"
+  fi
   for seed in "$@"; do
-    timeout $(( end - $(date +%s) )) python3 train.py -m experiment=$study seed=$seed trainer=gpu $VARIANT \
-      trainer.enable_progress_bar=false > $R/$study-$seed.log 2>&1 &
+    timeout $(( end - $(date +%s) )) python3 $job -m experiment=$study seed=$seed $args > $R/$study-$seed.log 2>&1 &
   done
 }
 while [ $# -gt 0 ] && [ $(date +%s) -lt $(( end - 60 )) ]; do
   t0=$(date +%s)
   if [ "$1" = table3_ood ]; then
-    # Table 3 evaluates Table 2's models (init_from), which no archive keeps: Table 2 trains again here, its models
-    # stay on this machine, Table 3 evaluates them, and the archive's Table 2 folder (if any) is put back unchanged
+    # Table 3 evaluates Table 2's models (evaluate.py, init_from), which no archive keeps: Table 2 trains again here,
+    # its models stay on this machine, Table 3 evaluates them, and the archive's Table 2 folder (if any) is put back unchanged
     shift; t2=multirun/table2_homogeneous$SWEEP; held=/tmp/held-table2$SWEEP
     rm -rf $held; [ -d $t2 ] && mv $t2 $held
     study_seeds table2_homogeneous $SEEDS; wait; study_seeds table3_ood $SEEDS; wait
