@@ -336,13 +336,21 @@ def test_tokenizer_larger_than_the_embedding_matrix(tiny_bert, tmp_path):
 # ---------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("override, listed", [("loss=nope", "lsepair_minp_maxn"), ("experiment=nope", "table7_budget"),
-                                              ("training_regime=nope", "homogeneous"), ("stages=nope", "curriculum")])
+                                              ("regime=nope", "curriculum")])
 def test_unknown_config_group_choice_lists_the_allowed_ones(override, listed):
     from hydra.errors import MissingConfigException
 
     with pytest.raises(MissingConfigException) as exc:
         compose_cfg("train", [override])
     assert f"Could not find '{override.split('=')[0]}/nope'" in str(exc.value) and listed in str(exc.value)
+
+
+def test_data_regime_names_the_one_place_the_regime_is_set(tmp_path):
+    from multipos.train import train
+
+    with pytest.raises(ValueError, match=r"data.regime=gold: the regime is the stage plan's, set with regime=<name>"):
+        train(compose_cfg("train", ["+data.regime=gold", f"paths.output_dir={tmp_path / 'run'}"]))
+    assert not (tmp_path / "run").exists()
 
 
 def test_unknown_objective_or_regime_name_lists_the_allowed_ones(tiny_beir, tiny_bert):
@@ -356,7 +364,7 @@ def test_unknown_objective_or_regime_name_lists_the_allowed_ones(tiny_beir, tiny
         plan({"main": {"regime": "gold", "objective": "nope", "epochs": 1}})
     with pytest.raises(ValueError, match=r"stages.main.regime='mixed' is not allowed; choose one of: homogeneous, "):
         plan({"main": {"regime": "mixed", "objective": "jointlh", "epochs": 1}})
-    with pytest.raises(ValueError, match=r"unknown data.regime 'mixed'; allowed: homogeneous, heterogeneous"):
+    with pytest.raises(ValueError, match=r"unknown regime 'mixed'; allowed: homogeneous, heterogeneous"):
         datamodule(tiny_beir, tiny_bert, regime="mixed")
     cfg = compose_cfg("train", ["loss.name=nope"])
     with pytest.raises(ValueError, match=r"allowed: jointlh"):
@@ -398,7 +406,7 @@ def test_bad_input_fails_before_the_run_directory_is_touched(beir_copy, tiny_ber
         (tmp_path / "empty_ckpt").mkdir()
         extra = [f"model.name_or_path={tmp_path / 'empty_ckpt'}", f"data.tokenizer={tiny_bert}"]
     else:
-        extra = ["data.source.gold_grade=3", "data.regime=gold"]
+        extra = ["data.source.gold_grade=3", "regime=gold"]
     cfg = compose_cfg("train", tiny_overrides(beir_copy, tiny_bert, out, "eval.references=false", *extra))
     needle = {"truncated corpus": "truncated file", "not a model": "is not a model checkpoint",
               "empty regime": "no training query has a positive under regime 'gold'"}[case]

@@ -106,6 +106,7 @@ def test_every_experiment_cell_composes_and_plans(experiment, scale):
         else:
             assert resolved["job"] == "train"
             assert sum(s.epochs for s in plan(cfg.stages)) >= 1  # every stage valid, one trains
+            assert "regime" not in resolved["data"]  # the regime is the stage plan's alone (conf/regime)
 
 
 @pytest.mark.parametrize("experiment", EVAL_EXPERIMENTS)

@@ -29,8 +29,8 @@ NOTEBOOKS = REPO / "notebooks"
 REPORT = ("report={name: tiny_objectives, title: 'Objectives on the tiny fixture', row_key: objective, "
           "columns: ['tiny_test:ndcg@10', 'tiny_test:mrr@10'], "
           "plot: {kind: ratio_ablation, eval_set: tiny_test, metrics: ['ndcg@10']}}")
-RUNS = {"lsepair": ["loss=lsepair", "data=nfcorpus_hetero"],
-        "jointlh_curriculum": ["loss=jointlh", "data=nfcorpus_homo", "stages=curriculum"]}
+RUNS = {"lsepair": ["loss=lsepair", "data=nfcorpus", "regime=heterogeneous"],
+        "jointlh_curriculum": ["loss=jointlh", "data=nfcorpus", "regime=curriculum"]}
 
 
 @pytest.fixture(scope="module")

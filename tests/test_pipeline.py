@@ -15,12 +15,11 @@ from tests.helpers import compose_cfg, tiny_overrides, trainer_overrides
 METRICS = {"ndcg@10", "mrr@10", "recall@100", "recall@1000"}
 
 
-@pytest.mark.parametrize("loss,data,stages", [("lsepair", "nfcorpus_hetero", "single"),
-                                              ("rand1lh", "nfcorpus_homo", "single"),
-                                              ("jointlh", "nfcorpus_homo", "curriculum")])
-def test_train_writes_metrics_runs_and_hf_model(tiny_beir, tiny_bert, tmp_path, loss, data, stages):
+@pytest.mark.parametrize("loss,regime", [("lsepair", "heterogeneous"), ("rand1lh", "homogeneous"),
+                                         ("jointlh", "curriculum")])
+def test_train_writes_metrics_runs_and_hf_model(tiny_beir, tiny_bert, tmp_path, loss, regime):
     out = tmp_path / "run"
-    cfg = compose_cfg("train", [f"loss={loss}", f"data={data}", f"stages={stages}",
+    cfg = compose_cfg("train", [f"loss={loss}", f"regime={regime}",
                                 *tiny_overrides(tiny_beir, tiny_bert, out)])
     results = train(cfg)
 
@@ -36,16 +35,16 @@ def test_train_writes_metrics_runs_and_hf_model(tiny_beir, tiny_bert, tmp_path, 
     AutoModel.from_pretrained(out / "model")  # HF format
     # the CSV logger recorded the training loss per step (one log per stage for the curriculum)
     logs = sorted((out / "csv").rglob("metrics.csv"))
-    assert len(logs) == (2 if stages == "curriculum" else 1)
+    assert len(logs) == (2 if regime == "curriculum" else 1)
     for log_file in logs:
         text = log_file.read_text()
         assert "train/loss" in text and "val/ndcg@10" in text
     info = json.loads((out / "run_info.json").read_text())
     assert info["status"] == "complete" and info["wall_s"] > 0
-    assert [r["objective"] for r in info["stage_records"]] == ([loss, "singlelh"] if stages == "curriculum" else [loss])
+    assert [r["objective"] for r in info["stage_records"]] == ([loss, "singlelh"] if regime == "curriculum" else [loss])
     assert all(r["training_queries"] > 0 and r["positive_labels"] >= r["training_queries"]
                for r in info["stage_records"])
-    if stages == "curriculum":
+    if regime == "curriculum":
         assert (out / "checkpoints" / "stage2" / "kept.json").is_file()
         assert [r["regime"] for r in info["stage_records"]] == ["homogeneous", "gold"]
 
@@ -103,7 +102,7 @@ def test_a_stage_that_keeps_its_last_weights_runs_no_dev_retrieval(tiny_beir, ti
     """keep=last (Table 5's one-epoch silver stage at CPU scale): nothing to select, so no dev retrieval in that
     stage; the next stage still validates and the final evaluation still scores dev."""
     out = tmp_path / "run"
-    train(compose_cfg("train", ["loss=jointlh", "data=nfcorpus_homo", "stages=curriculum", "++stages.silver.keep=last",
+    train(compose_cfg("train", ["loss=jointlh", "data=nfcorpus", "regime=curriculum", "++stages.silver.keep=last",
                                 *tiny_overrides(tiny_beir, tiny_bert, out)]))
     silver, gold = (json.loads((out / "checkpoints" / s / "kept.json").read_text()) for s in ("stage1", "stage2"))
     assert silver["record"]["best_dev"] is None and silver["checkpoint"].endswith("last.ckpt")
@@ -145,7 +144,7 @@ def test_paper_scale_msmarco_config_on_tevatron_fixture(tiny_beir, tiny_bert, tm
     overrides = [o for o in tiny_overrides(tiny_beir, tiny_bert, out) if not o.startswith("data.source.")]
     cfg = compose_cfg("train", ["data=msmarco_hetero", *overrides, f"data.source.path={fixture}",
                                 "eval.references=false"])
-    assert cfg.data.source.gold_positives == 1 and cfg.data.regime == "heterogeneous"
+    assert cfg.data.source.gold_positives == 1 and cfg.stages.main.regime == "heterogeneous"
     train(cfg)
     assert (out / "metrics.json").is_file()
 
@@ -162,7 +161,8 @@ def _documented_command(marker: str) -> list[str]:
 
 
 @pytest.mark.parametrize("marker,extra", [("own-data", ()), ("own-data", ("scale=cpu_query_side",)),
-                                          ("own-data", ("data=msmarco_hetero",)), ("own-beir", ())],
+                                          ("own-data", ("data=msmarco_hetero", "regime=heterogeneous")),
+                                          ("own-beir", ())],
                          ids=["two_tower", "query_side", "heterogeneous", "beir_folder"])
 def test_the_own_data_command_of_the_docs_runs(tiny_beir, tiny_bert, tmp_path, monkeypatch, marker, extra):
     """docs/training.md's "Training on your own data" commands, their paths pointed at a Tevatron JSONL fixture and
@@ -178,8 +178,8 @@ def test_the_own_data_command_of_the_docs_runs(tiny_beir, tiny_bert, tmp_path, m
                                 *trainer_overrides(), "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
                                 "data.batch_size=2", "eval.bf16=false", "eval.k=20", "eval.references=false"])
     assert cfg.passages.frozen == ("scale=cpu_query_side" in extra)
-    assert cfg.data.regime == ("heterogeneous" if "data=msmarco_hetero" in extra or marker == "own-beir"
-                               else "homogeneous")
+    assert cfg.stages.main.regime == ("heterogeneous" if "data=msmarco_hetero" in extra or marker == "own-beir"
+                                      else "homogeneous")
     train(cfg)
     metrics = json.loads((out / "metrics.json").read_text())
     assert list(metrics) == [tiny_beir.name] and 0 <= metrics[tiny_beir.name]["ndcg@10"] <= 1  # one folder, no average

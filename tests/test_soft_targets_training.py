@@ -13,7 +13,7 @@ from multipos.train import train
 from multipos.training import module as module_mod
 from tests.helpers import compose_cfg, tiny_overrides
 
-GRADED = ["data.source.qrels_file=qrels-graded/train.s-3.qrel", "data.regime=all",
+GRADED = ["data.source.qrels_file=qrels-graded/train.s-3.qrel", "regime=all",
           "++data.source.grade_weights={2: 1.0, 1: 0.5}"]
 
 

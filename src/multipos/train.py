@@ -99,6 +99,9 @@ class TrainingJob:
         if cfg.get("job", "train") != "train":
             raise ValueError(f"experiment={cfg.get('experiment_name')} trains nothing (job: {cfg.job}): run it with "
                              f"`python evaluate.py -m experiment={cfg.get('experiment_name')}`")
+        if "regime" in (cfg.get("data") or {}):
+            raise ValueError(f"data.regime={cfg.data.regime}: the regime is the stage plan's, set with regime=<name> "
+                             "(homogeneous | heterogeneous | gold | all | curriculum; conf/regime)")
         init_from = model_folder(cfg.get("init_from"))  # a missing folder fails before anything is written
         stages = plan(cfg.stages)
         passages = cfg.get("passages")

@@ -52,7 +52,7 @@ def test_a_noisy_run_records_its_replacements_in_the_run_folder(tiny_beir, tiny_
 
     monkeypatch.setenv("MULTIPOS_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "run"
-    train(compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, out, "data.regime=all",
+    train(compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, out, "regime=all",
                                               "data.source.qrels_file=qrels-graded/train.s-3.qrel",
                                               "++data.source.label_noise={rate: 0.5, kind: random, seed: 0}")))
     record = json.loads((out / "label_noise.json").read_text())

@@ -13,7 +13,6 @@ N = 40  # queries
 CONFIG = """\
 data:
   name: {data}
-  regime: heterogeneous
   group_size: {G}
   max_positives: {M}
   positive_selection: first
@@ -25,6 +24,9 @@ model:
 loss:
   _target_: multipos.losses.ContrastiveLoss
   name: {objective}
+stages:
+  main:
+    regime: heterogeneous
 seed: {seed}
 paths:
   output_dir: ${{hydra:runtime.output_dir}}

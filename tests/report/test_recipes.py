@@ -12,7 +12,8 @@ from multipos.report.recipes import ranked_trials, write_recipes
 from tests.helpers import CONF, compose_cfg
 from tests.report.fakes import make_run
 
-TRIAL = ["passages.candidates=corpus", "loss=jointlh", "data.max_positives=4", "regime=all", "trainer.max_epochs=9",
+TRIAL = ["passages.candidates=corpus", "loss=jointlh", "data.max_positives=4", "training_regime=all",
+         "trainer.max_epochs=9",
          "module.optimizer.lr=1e-04", "data.batch_size=64"]
 
 
@@ -29,7 +30,7 @@ def _search(root, values):
 def test_trials_rank_on_the_optimised_metric_and_skip_unfinished_runs(tmp_path):
     trials = ranked_trials(_search(tmp_path / "sweep", [0.31, 0.35, 0.33]))
     assert [(round(v, 2), d.name) for v, d, _ in trials] == [(0.35, "trial1"), (0.33, "trial2"), (0.31, "trial0")]
-    assert "seed" not in trials[0][2] and trials[0][2]["training_regime"] == "all"  # renamed group
+    assert "seed" not in trials[0][2] and trials[0][2]["regime"] == "all"  # renamed group
 
 
 def test_written_recipes_compose_into_the_trials_configuration(tmp_path):
@@ -45,9 +46,9 @@ def test_written_recipes_compose_into_the_trials_configuration(tmp_path):
         cfg = compose_cfg("train", ["experiment=recipe_confirmation", "recipe=top_test", "paths.output_dir=o"])
     finally:
         target.unlink()
-    trial = compose_cfg("train", ["experiment=nfcorpus_recipe_search", *[o.replace("regime=", "training_regime=")
+    trial = compose_cfg("train", ["experiment=nfcorpus_recipe_search", *[o.replace("training_regime=", "regime=")
                                   .replace("lr=1e-04", "lr=0.0002") for o in TRIAL], "paths.output_dir=o"])
-    for key in ("loss.name", "data.regime", "data.max_positives", "data.batch_size", "trainer.max_epochs",
+    for key in ("loss.name", "stages.main.regime", "data.max_positives", "data.batch_size", "trainer.max_epochs",
                 "module.optimizer.lr", "passages.candidates", "data.group_size", "trainer.precision"):
         assert OmegaConf.select(cfg, key) == OmegaConf.select(trial, key), key
 

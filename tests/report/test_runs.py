@@ -24,6 +24,29 @@ def test_load_run_reads_config_without_resolving_interpolations(tmp_path):
         row_label(run, "data.nope")
 
 
+def test_the_regime_is_read_from_the_stage_plan_of_old_and_new_runs(tmp_path):
+    """A run's regime is its stages' (``homogeneous then gold`` for the curriculum); a run from before the regime
+    group kept it in ``data.regime`` and its single stage interpolated it; an evaluation has none; an objective that
+    trained the evaluated model (``objective``, Table 3) is the run's objective."""
+    stages = "stages:\n  main:\n    regime: heterogeneous\n"
+    old = make_run(tmp_path, "old", "jointlh", {SET: {"ndcg@10": qmap([0.5])}}, extra_config="")
+    text = (old / ".hydra" / "config.yaml").read_text().replace(stages, "")
+    (old / ".hydra" / "config.yaml").write_text(
+        text.replace("data:\n", "data:\n  regime: homogeneous\n", 1) + "stages:\n  main:\n    regime: ${data.regime}\n")
+    assert load_run(old).config["regime"] == "homogeneous" and load_run(old).get("regime") == "homogeneous"
+    new = make_run(tmp_path, "new", "jointlh", {SET: {"ndcg@10": qmap([0.5])}})
+    config = new / ".hydra" / "config.yaml"
+    config.write_text(config.read_text().replace(
+        stages, "stages:\n  silver:\n    regime: homogeneous\n  gold:\n    regime: gold\n"))
+    assert load_run(new).config["regime"] == "homogeneous then gold"
+    evaluated = make_run(tmp_path, "evaluated", "x", {SET: {"ndcg@10": qmap([0.5])}}, overrides=["objective=summarglh"])
+    config = evaluated / ".hydra" / "config.yaml"
+    config.write_text(config.read_text().replace(stages, "").replace("  name: x\n", "  name: null\n")
+                      + "objective: summarglh\n")
+    run = load_run(evaluated)
+    assert run.config["regime"] is None and run.objective == "summarglh"
+
+
 def test_collect_finds_runs_in_sweep_dir(sweep, tmp_path):
     runs = collect([sweep])
     assert sorted(r.objective for r in runs) == sorted(EXPECTED_MD)

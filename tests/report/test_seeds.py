@@ -154,6 +154,24 @@ def test_runs_with_a_spec_are_grouped_by_it(tmp_path):
     assert [g.runs for g in group_seeds([a, b])] == [[a, b]]
 
 
+def test_evaluations_of_models_trained_with_other_objectives_are_other_rows(tmp_path):
+    """Table 3's cells (evaluation specs: no stages) evaluate ``.../loss=${objective},seed=${seed}/model``: the seeds
+    of one objective make one row, each objective its own row."""
+    pq = {SET: {"ndcg@10": qmap([0.1, 0.2, 0.3])}}
+    spec = {"seed": None, "init_from": None, "model": {"pooling": "mean"}, "stages": []}
+    runs = []
+    for objective in ("singlelh", "jointlh"):
+        for seed in (1, 2):
+            run = load_run(make_run(tmp_path, f"{objective}{seed}", "x", pq, seed=seed,
+                                    overrides=[f"objective={objective}", f"seed={seed}"]))
+            run.objective = objective
+            run.spec = {**spec, "init_from": f"t2/loss={objective},seed={seed}/model"}
+            run.raw_config["init_from"] = "t2/loss=${objective},seed=${seed}/model"
+            runs.append(run)
+    rows = [[r.name for r in g.runs] for g in group_seeds(runs)]
+    assert rows == [["singlelh1", "singlelh2"], ["jointlh1", "jointlh2"]]
+
+
 def test_seeds_must_cover_the_same_queries(tmp_path):
     s = [load_run(make_run(tmp_path / f"s{i}", "s", "singlelh", {SET: {"ndcg@10": qmap([0.1, 0.2, 0.3])}}, seed=i))
          for i in (1, 2)]

@@ -16,7 +16,8 @@ from tests.helpers import compose_cfg, tiny_overrides
 
 
 def _cfg(tiny_beir, tiny_bert, out, *extra):
-    return compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, out, "data=nfcorpus_homo", "seed=917", *extra))
+    return compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, out, "data=nfcorpus", "regime=homogeneous",
+                                               "seed=917", *extra))
 
 
 def _key(cfg) -> str:
@@ -35,17 +36,16 @@ def test_single_positive_objectives_ignore_m_and_positive_selection(tiny_beir, t
 
 
 def test_the_data_name_is_a_label(tiny_beir, tiny_bert, tmp_path):
-    """``data=nfcorpus_homo`` is ``data=nfcorpus data.regime=homogeneous`` under its own name: the name is not in
-    the spec, so one run key and one equivalence key (a study reuses the other's run). The regime itself still
-    changes the key."""
-    named = _cfg(tiny_beir, tiny_bert, tmp_path, "loss=lsepair")
+    """``data.name`` is a label: it is not in the spec, so one run key and one equivalence key (a study reuses the
+    other's run). The regime itself still changes the key."""
+    named = _cfg(tiny_beir, tiny_bert, tmp_path, "loss=lsepair", "data.name=my_nfcorpus")
     plain = compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, tmp_path, "data=nfcorpus",
-                                                "data.regime=homogeneous", "seed=917", "loss=lsepair"))
-    assert (named.data.name, plain.data.name) == ("nfcorpus_homo", "nfcorpus")
+                                                "regime=homogeneous", "seed=917", "loss=lsepair"))
+    assert (named.data.name, plain.data.name) == ("my_nfcorpus", "nfcorpus")
     assert run_key(named) == run_key(plain)
     assert _key(named) == _key(plain)
     assert _key(plain) != _key(compose_cfg("train", tiny_overrides(
-        tiny_beir, tiny_bert, tmp_path, "data=nfcorpus", "data.regime=all", "seed=917", "loss=lsepair")))
+        tiny_beir, tiny_bert, tmp_path, "data=nfcorpus", "regime=all", "seed=917", "loss=lsepair")))
 
 
 @pytest.mark.parametrize("loss", ["jointlh", "summarglh", "lsepair"])
@@ -57,8 +57,8 @@ def test_multi_positive_objectives_depend_on_m(tiny_beir, tiny_bert, tmp_path, l
 
 
 def test_curriculum_with_a_multi_positive_stage_depends_on_m(tiny_beir, tiny_bert, tmp_path):
-    a = _cfg(tiny_beir, tiny_bert, tmp_path, "loss=lsepair", "stages=curriculum", "data.max_positives=2")
-    b = _cfg(tiny_beir, tiny_bert, tmp_path, "loss=lsepair", "stages=curriculum", "data.max_positives=3")
+    a = _cfg(tiny_beir, tiny_bert, tmp_path, "loss=lsepair", "regime=curriculum", "data.max_positives=2")
+    b = _cfg(tiny_beir, tiny_bert, tmp_path, "loss=lsepair", "regime=curriculum", "data.max_positives=3")
     assert _key(a) != _key(b)
 
 

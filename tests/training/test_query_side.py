@@ -92,7 +92,7 @@ def test_grad_cache_trains_the_same_query_encoder(tiny_beir, tiny_bert, tmp_path
 
 def test_curriculum_stages_train_query_side(tiny_beir, tiny_bert, tmp_path):
     out = tmp_path / "run"
-    _run(tiny_beir, tiny_bert, out, "loss=lsepair", "data=nfcorpus_homo", "stages=curriculum",
+    _run(tiny_beir, tiny_bert, out, "loss=lsepair", "data=nfcorpus", "regime=curriculum",
          "passages.candidates=corpus")
     info = json.loads((out / "run_info.json").read_text())
     assert [r["regime"] for r in info["stage_records"]] == ["homogeneous", "gold"]
@@ -133,7 +133,7 @@ def test_checkpoints_leave_out_the_frozen_passage_encoder_and_a_killed_run_resum
     from multipos.training.module import FROZEN_PASSAGE_KEY, RetrieverModule
 
     monkeypatch.setenv("MULTIPOS_CACHE", str(tmp_path / "cache"))
-    extra = ("loss=jointlh", "data=nfcorpus_homo", "stages=curriculum", "stages.gold.epochs=2",
+    extra = ("loss=jointlh", "data=nfcorpus", "regime=curriculum", "stages.gold.epochs=2",
              "callbacks.model_checkpoint.every_n_train_steps=1", "module.optimizer.lr=1e-3")
     expected = _run(tiny_beir, tiny_bert, tmp_path / "whole", *extra)
     out = tmp_path / "killed"

@@ -28,7 +28,8 @@ def _overrides(run_dir: Path, epochs: int = 2, step_checkpoints: bool = True) ->
     checkpoints only)."""
     dev = ("{_target_: multipos.evaluation.sets.EvalSet, name: nfcorpus_dev, path: nfcorpus, split: dev, "
            "metrics: [ndcg@10, recall@100], max_queries: 4, max_passages: 60}")
-    return [f"hydra.run.dir={run_dir}", "data=nfcorpus_homo", "loss=rand1lh", "data.source.max_queries=12",
+    return [f"hydra.run.dir={run_dir}", "data=nfcorpus", "regime=homogeneous", "loss=rand1lh",
+            "data.source.max_queries=12",
             "data.source.ordering=given", "data.source.negative_depth=20", "data.batch_size=2", "data.group_size=3",
             "data.max_positives=2", "model.passage_max_length=32", *trainer_overrides(), f"trainer.max_epochs={epochs}",
             # a CSV row at every step, which the default-settings test counts: on a GPU the default logs every 10th
@@ -199,7 +200,7 @@ def test_curriculum_interrupted_in_stage_two_resumes_in_stage_two(tiny_beir, tin
     from multipos.train import train
     from multipos.training.module import RetrieverModule
 
-    extra = ("loss=jointlh", "data=nfcorpus_homo", "stages=curriculum", "stages.gold.epochs=2",
+    extra = ("loss=jointlh", "data=nfcorpus", "regime=curriculum", "stages.gold.epochs=2",
              "callbacks.model_checkpoint.every_n_train_steps=1")
     whole = tmp_path / "whole"
     expected = train(compose_cfg("train", tiny_overrides(tiny_beir, tiny_bert, whole, *extra)))

@@ -42,13 +42,13 @@ def test_empty_or_zero_epoch_plans_are_rejected():
 
 
 def test_curriculum_config_is_two_stages_with_configurable_second_objective():
-    cfg = compose_cfg("train", ["stages=curriculum", "loss=jointlh", "stages.gold.objective=summarglh",
+    cfg = compose_cfg("train", ["regime=curriculum", "loss=jointlh", "stages.gold.objective=summarglh",
                                 "stages.gold.epochs=2", "trainer.max_epochs=3"])
     silver, gold = plan(cfg.stages)
     assert (silver.regime, silver.objective, silver.epochs) == ("homogeneous", "jointlh", 3)
     assert (gold.regime, gold.objective, gold.epochs, gold.optimizer, gold.lr_schedule) == (
         "gold", "summarglh", 2, "fresh", "restart")
-    default = plan(compose_cfg("train", ["stages=curriculum"]).stages)
+    default = plan(compose_cfg("train", ["regime=curriculum"]).stages)
     assert default[1].objective == "singlelh"  # the paper's stage 2
 
 

@@ -50,9 +50,8 @@ class MultiPosDataModule(L.LightningDataModule):
         source: object with ``load() -> (Corpus, list[TrainQuery])`` (see :mod:`multipos.data.sources`).
         name: label used in run names.
         tokenizer: HF checkpoint name/path whose tokenizer is used (normally ``${model.name_or_path}``).
-        regime: default positive regime (``homogeneous`` | ``heterogeneous`` | ``gold`` | ``all``), used by
-            stages that take it from the data config (``stages=single``); each stage sets its own with
-            :meth:`set_stage`.
+        regime: positive regime (``homogeneous`` | ``heterogeneous`` | ``gold`` | ``all``) until a stage sets its
+            own with :meth:`set_stage` (training always does: the stage plan of ``regime=<name>``, ``conf/regime``).
         group_size: G; max_positives: M; positive_selection: ``first`` | ``random``;
         negative_selection: ``first`` | ``random`` (hard negatives per epoch).
         batch_size: queries per batch (B); query_max_length, passage_max_length: tokens.
@@ -86,8 +85,8 @@ class MultiPosDataModule(L.LightningDataModule):
                  tokenize_passages: bool = True):
         super().__init__()
         if regime not in REGIMES:
-            hint = " (the curriculum is a stage plan now: stages=curriculum)" if regime == "curriculum" else ""
-            raise ValueError(f"unknown data.regime {regime!r}; allowed: {', '.join(REGIMES)}{hint}")
+            hint = " (the curriculum is a stage plan: regime=curriculum)" if regime == "curriculum" else ""
+            raise ValueError(f"unknown regime {regime!r}; allowed: {', '.join(REGIMES)}{hint}")
         if batch_size < 1:
             raise ValueError(f"data.batch_size must be >= 1, got {batch_size}")
         self.source, self.tokenizer_name, self.regime, self.name = source, tokenizer, regime, name
@@ -179,7 +178,7 @@ class MultiPosDataModule(L.LightningDataModule):
         budget = " after data.budget" if self.budget else ""
         queries = self.training_queries(regime)
         gold, silver = sum(len(q.gold) for q in queries), sum(len(q.silver) for q in queries)
-        return (f"no training query has a positive under regime {regime!r} (data.regime or the stage's regime): "
+        return (f"no training query has a positive under regime {regime!r} (regime=<name>, conf/regime): "
                 f"none of the {n_queries} queries of data.source{budget} has one (an empty split); the data hold "
                 f"{gold} gold and {silver} silver positive labels, and {REGIME_RULES.get(regime, regime)}")
 

@@ -49,11 +49,11 @@ class LabelNoise:
         self.rate = float(self.rate)
 
     @classmethod
-    def from_config(cls, cfg) -> LabelNoise | None:
+    def from_config(cls, setting) -> LabelNoise | None:
         """None for a missing setting or rate 0 (no noise: the data as published)."""
-        if not cfg or not float(dict(cfg).get("rate", 0)):
+        if not setting or not float(dict(setting).get("rate", 0)):
             return None
-        return cls(**{k: v for k, v in dict(cfg).items() if k in ("rate", "kind", "seed")})
+        return cls(**{k: v for k, v in dict(setting).items() if k in ("rate", "kind", "seed")})
 
     def apply(self, queries: Sequence[TrainQuery], corpus_ids: Sequence[str]) -> dict:
         """Replace positives in place (module docstring) → counts ``{queries, replaced, positives, short}``

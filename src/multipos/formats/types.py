@@ -180,7 +180,8 @@ class TrainQuery:
             return list(self.gold)
         if regime == "all":
             return [*self.gold, *self.silver]
-        raise ValueError(f"unknown positive regime {regime!r} (data.regime); allowed: {', '.join(REGIMES)}")
+        raise ValueError(f"unknown positive regime {regime!r} (regime=<name>, conf/regime); allowed: "
+                         f"{', '.join(REGIMES)}")
 
 
 def unjudged_negatives(ranked: Iterable[str], judged: Iterable[str], depth: int) -> list[str]:

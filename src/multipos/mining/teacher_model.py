@@ -61,8 +61,8 @@ class TeacherModel:
             raise FileNotFoundError(f"data.source.teacher_model.path: {self.path} is not a model folder")
 
     @classmethod
-    def from_config(cls, cfg) -> TeacherModel | None:
-        return None if not cfg else cls(**dict(cfg))
+    def from_config(cls, setting) -> TeacherModel | None:
+        return None if not setting else cls(**dict(setting))
 
     def pairs(self, queries: Sequence[TrainQuery]) -> dict[str, list[str]]:
         """{query id → passages to score}: its positives, then its first ``negatives`` mined hard negatives."""

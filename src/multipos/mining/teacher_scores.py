@@ -91,8 +91,8 @@ class TeacherScores:
             raise ValueError(f"data.source.teacher_scores.temperature must be > 0, got {self.temperature}")
 
     @classmethod
-    def from_config(cls, cfg) -> TeacherScores | None:
-        return None if not cfg else cls(**dict(cfg))
+    def from_config(cls, setting) -> TeacherScores | None:
+        return None if not setting else cls(**dict(setting))
 
     def apply(self, queries: Sequence[TrainQuery]) -> dict:
         """Give each query its teacher scores and target weights from the file (:func:`assign_targets`)."""

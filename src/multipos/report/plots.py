@@ -14,7 +14,7 @@ from multipos.report.tables import metric_label
 #: Metrics plotted by default (one subplot row each).
 PLOT_METRICS = ("mrr@10", "ndcg@10")
 #: Config keys that must agree between runs averaged into one point (seeds may differ).
-AVERAGE_KEYS = ("data.name", "data.regime", "data.positive_selection")
+AVERAGE_KEYS = ("data.name", "regime", "data.positive_selection")
 
 
 def _int_key(run: RunResult, alias: str) -> int:

@@ -7,9 +7,9 @@ file per recipe, ``conf/recipe/top<i>.yaml`` (``# @package _global_``): config-g
 overrides, every other override as a key, and a comment naming the trial and its dev value.
 ``experiment=recipe_confirmation`` runs them with three seeds each (``recipe=top1,top2,top3``).
 
-Group names that changed since the trials ran are mapped (:data:`RENAMED_GROUPS`: ``regime`` is now
-``training_regime``). Raises FileNotFoundError for a missing sweep folder and ValueError when fewer finished trials
-than ``top`` hold the metric.
+Group names that changed since the trials ran are mapped (:data:`RENAMED_GROUPS`: a trial's retired
+``training_regime`` choice is a ``regime`` choice). Raises FileNotFoundError for a missing sweep folder and
+ValueError when fewer finished trials than ``top`` hold the metric.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from multipos.report.runs import load_run, override_map
 from multipos.runs.find import sweep_runs
 
 #: Config groups renamed after stored trials ran: old name → new name.
-RENAMED_GROUPS = {"regime": "training_regime"}
+RENAMED_GROUPS = {"training_regime": "regime"}
 #: Sweep overrides that are not part of a recipe.
 NOT_RECIPE = ("seed", "hydra.", "experiment", "trainer.enable_progress_bar")
 

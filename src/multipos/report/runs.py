@@ -13,11 +13,12 @@ from typing import Iterable, Mapping, Sequence
 
 from multipos.runs.folder import read_json
 
-#: Config keys read from ``.hydra/config.yaml`` into :attr:`RunResult.config` (plain values only).
-CONFIG_KEYS = ("loss.name", "objective", "data.name", "data.regime", "data.group_size", "data.max_positives",
+#: Config keys read from ``.hydra/config.yaml`` into :attr:`RunResult.config` (plain values only); ``regime`` is the
+#: stage plan's regimes (:func:`_regime`).
+CONFIG_KEYS = ("loss.name", "objective", "data.name", "regime", "data.group_size", "data.max_positives",
                "data.positive_selection", "passages.candidates", "seed")
 #: Short names usable in ``row_key`` (and used to label dotted keys), e.g. ``row_key="G,M"`` → ``G=8,M=4``.
-KEY_ALIASES = {"objective": "loss.name", "data": "data.name", "regime": "data.regime",
+KEY_ALIASES = {"objective": "loss.name", "data": "data.name", "regime": "regime",
                "G": "data.group_size", "M": "data.max_positives", "selection": "data.positive_selection",
                "candidates": "passages.candidates", "seed": "seed"}
 SHORT_NAMES = {v: k for k, v in KEY_ALIASES.items()}
@@ -150,6 +151,9 @@ def _load_config(run_dir: Path) -> tuple[dict, dict, list[str]]:
             if not isinstance(cfg, DictConfig):
                 raise ValueError(f"{cfg_path}: expected a mapping")
             for key in CONFIG_KEYS:  # each value on its own: never resolve the whole config
+                if key == "regime":
+                    config[key] = _regime(cfg)
+                    continue
                 value = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
                 if isinstance(value, (DictConfig, ListConfig)):
                     value = OmegaConf.to_container(value, resolve=False)
@@ -163,6 +167,19 @@ def _load_config(run_dir: Path) -> tuple[dict, dict, list[str]]:
     except Exception as exc:  # yaml / omegaconf parse errors
         raise ValueError(f"{run_dir / '.hydra'}: cannot read the Hydra config ({exc})") from None
     return config, raw, overrides
+
+
+def _regime(saved) -> str | None:
+    """The regime of a run's stage plan (``stages.<name>.regime``, resolved one by one): ``homogeneous``, or
+    ``homogeneous then gold`` for the curriculum; None when the config has no stage plan (an evaluation)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    stages = OmegaConf.select(saved, "stages", default=None)
+    if not isinstance(stages, DictConfig) or not stages:
+        return None
+    regimes = [OmegaConf.select(saved, f"stages.{name}.regime", default=None, throw_on_resolution_failure=False)
+               for name in stages]
+    return " then ".join(str(r) for r in regimes)
 
 
 def config_node(run_dir: str | Path, key: str, default: object = None) -> object:

@@ -42,12 +42,15 @@ def _flat(node: object, prefix: str = "") -> dict[str, object]:
 
 def comparable_config(run: RunResult) -> dict[str, object]:
     """What tells the run's row: its spec (``spec.json``) without the seed, flattened to dotted keys, with
-    ``init_from`` as the config writes it (``.../seed=${seed}/model``: each seed starts from its own seed's model);
-    for a run without a spec, its raw (unresolved) config without :data:`SEED_FREE_KEYS`."""
+    ``init_from`` as the config writes it (``.../seed=${seed}/model``: each seed starts from its own seed's model)
+    and, for an evaluation (no stages), the objective that trained the model it evaluates (Table 3's rows); for a run
+    without a spec, its raw (unresolved) config without :data:`SEED_FREE_KEYS`."""
     if run.spec is not None:
         spec = {k: v for k, v in copy.deepcopy(run.spec).items() if k != "seed"}
         if run.raw_config.get("init_from") is not None:
             spec["init_from"] = run.raw_config["init_from"]
+        if not spec.get("stages"):
+            spec["evaluated_objective"] = run.objective
         return _flat(spec)
     return _flat({k: v for k, v in run.raw_config.items() if k not in SEED_FREE_KEYS})
 

@@ -44,7 +44,7 @@ __all__ = ["SPEC_VERSION", "SPEC_FILE", "RunSpec", "run_spec", "run_key", "spec_
            "evaluation_spec", "digest"]
 
 #: Version of the spec's layout: raised whenever a field is added, removed or renamed. 2: runs that train nothing have
-#: evaluation specs (:func:`evaluation_spec`).
+#: evaluation specs (:func:`evaluation_spec`); the regime is the stages' alone (no ``data.regime``).
 SPEC_VERSION = 2
 #: The file a run folder keeps its spec in (written when the run opens).
 SPEC_FILE = "spec.json"
@@ -52,8 +52,8 @@ SPEC_FILE = "spec.json"
 #: ``model`` fields that change the encoder's outputs.
 MODEL_FIELDS = ("name_or_path", "pooling", "normalize", "temperature", "shared", "query_max_length",
                 "passage_max_length", "attention_dropout", "hidden_dropout", "lora", "query_prompt", "passage_prompt")
-#: ``data`` fields that change the training groups (``data.source`` enters whole).
-DATA_FIELDS = ("tokenizer", "regime", "group_size", "max_positives", "positive_selection", "negative_selection",
+#: ``data`` fields that change the training groups (``data.source`` enters whole; the regime is each stage's).
+DATA_FIELDS = ("tokenizer", "group_size", "max_positives", "positive_selection", "negative_selection",
                "batch_size", "query_max_length", "passage_max_length", "budget")
 #: ``data`` fields that a stage with a single-positive objective does not read.
 IGNORED_BY_SINGLE_POSITIVE = ("max_positives", "positive_selection")
@@ -218,7 +218,7 @@ def spec_from_plain(plain: Mapping) -> RunSpec:
         "trainer": _pick(plain.get("trainer"), TRAINER_FIELDS),
         "callbacks": _callbacks(plain.get("callbacks"), bool(source.get("negative_refresh_epochs"))),
     }
-    optimization["optimizer"].pop("fused", None)  # one kernel instead of several, the same update
+    optimization["optimizer"].pop("fused", None)  # one kernel instead of several: the same update up to rounding
     return RunSpec(
         seed=plain["seed"],
         init_from=plain.get("init_from"),

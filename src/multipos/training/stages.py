@@ -1,7 +1,8 @@
 """Training stages: a run is an ordered list of stages, each a regime, an objective and a number of epochs.
 
-``conf/stages/<plan>.yaml`` holds the plan (``stages=single`` by default, ``stages=curriculum`` for the
-paper's curriculum, Sec. 5 "Curriculum"). Each stage names:
+``conf/regime/<name>.yaml`` holds the plan, which is where a run's regime is set: one stage of that regime
+(``regime=homogeneous|heterogeneous|gold|all``), or ``regime=curriculum`` for the paper's curriculum (Sec. 5
+"Curriculum"). Each stage names:
 
 * ``regime`` — which positives the data side uses (:data:`multipos.data.groups.REGIMES`);
 * ``objective`` — the contrastive objective (:data:`multipos.losses.OBJECTIVES`);
@@ -115,7 +116,7 @@ def plan(stages: Mapping[str, Mapping[str, Any]]) -> list[Stage]:
     has 0 epochs (evaluating trained weights is ``evaluate.py``'s job).
     """
     if not stages:
-        raise ValueError("stages: the plan is empty; use stages=single or stages=curriculum")
+        raise ValueError("stages: the plan is empty; choose one with regime=<name> (conf/regime)")
     out = [make_stage(str(name), dict(spec)) for name, spec in stages.items()]
     if not any(s.epochs for s in out):
         raise ValueError("stages: every stage has 0 epochs, nothing to train (to evaluate trained weights: "
