@@ -12,7 +12,14 @@ Two measurements, each on the device the script finds (meant for a GPU: ``make b
 * ``query_side_corpus``: query-side training with every corpus passage a candidate
   (``passages.candidates=corpus``, :func:`multipos.training.corpus_candidates.corpus_scores`) against a synthetic
   8,841,823 × 768 bf16 index (MS MARCO's passage count and BERT-base's width, random unit vectors: 13.6 GB),
-  BERT-base query encoder, B=128 queries of 32 tokens, JointLH with 4 positives: step time and peak GPU memory.
+  BERT-base query encoder, B=128 queries of 32 tokens, JointLH with 4 positives: step time and peak GPU memory,
+  ``passages.chunk_size=auto`` (one chunk where the corpus fits in half the free memory). Against its own limits,
+  measured in the same run, taking turns with the step: ``read`` (a bare bf16 [B, H] × [H, N] matmul over the
+  index, one read of it) and ``matmul`` (a bare bf16 [4096, H] × [H, 16384] matmul, the device's matrix
+  throughput). The step's FLOP count is the corpus scores and the exact query gradient (2 × 2·B·N·H) plus the query
+  encoder's forward and backward (6 × its non-embedding weights × B × 32 tokens); its limit is the larger of the read
+  time and FLOPs / throughput, and ``step_vs_limit`` is the figure (docs/gpu.md). The chunked path's loss and
+  gradients equal the unchunked ones (``tests/training/test_corpus_candidates.py``, float64, 1e-6).
 
     python bench/bench_paper_scale.py [--passages 8841823] [--rounds 6] [--skip two_tower query_side]
 
@@ -101,9 +108,9 @@ def query_side(folder: str, device, bf16: bool, n: int, rounds: int, data, res: 
     from multipos.losses import compute
     from multipos.model.encoder import DualEncoder
     from multipos.retrieval.encoding import autocast_context
-    from multipos.training.corpus_candidates import CorpusTargets, corpus_scores
+    from multipos.training.corpus_candidates import CorpusTargets, corpus_scores, resolve_chunk_size
 
-    B, P, H, chunk = 128, 4, 768, 65536
+    B, P, H = 128, 4, 768
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     gen = torch.Generator(device=device).manual_seed(0)
@@ -114,6 +121,9 @@ def query_side(folder: str, device, bf16: bool, n: int, rounds: int, data, res: 
     index_gb = index.numel() * index.element_size() / 1e9
     model = DualEncoder(folder, pooling="cls", normalize=False, temperature=1.0, query_max_length=32).to(device)
     model.freeze_passage_encoder()
+    chunk = resolve_chunk_size("auto", B, n, H, device)
+    encoder_weights = sum(p.numel() for name, p in model.named_parameters()  # matmul weights: no embedding tables
+                          if p.requires_grad and "embeddings" not in name)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
     rng = random.Random(0)
     texts = [q for _, q, _ in data.queries]
@@ -137,8 +147,23 @@ def query_side(folder: str, device, bf16: bool, n: int, rounds: int, data, res: 
         loss.backward()
         opt.step()
 
+    qb = torch.randn(B, H, generator=gen, device=device).to(torch.bfloat16)
+    a = torch.randn(4096, H, generator=gen, device=device).to(torch.bfloat16)
+    b = torch.randn(H, 16384, generator=gen, device=device).to(torch.bfloat16)
+
+    def read(_):  # one pass over the index: its read-bandwidth limit
+        return qb @ index.T
+
+    def matmul(_):  # the device's bf16 matrix throughput
+        return a @ b
+
     before = time.perf_counter()
-    t = interleaved({"query_side_corpus": step}, inputs, warmup=1, device=device)
+    t = interleaved({"query_side_corpus": step, "read": read, "matmul": matmul}, inputs, warmup=1, device=device)
+    tflops = 2 * 4096 * H * 16384 / t["matmul"] / 1e12
+    corpus_tflop = 2 * (2 * B * n * H) / 1e12
+    encoder_tflop = 6 * encoder_weights * B * 32 / 1e12
+    flop_limit = (corpus_tflop + encoder_tflop) / tflops
+    limit = max(t["read"], flop_limit)
     res["query_side_corpus"] = {
         "model": "BERT-base shape query encoder, random init", "passages": n, "dim": H, "index_dtype": "bfloat16",
         "index_gb": round(index_gb, 2), "batch": B, "positives": P, "query_len": 32, "chunk_size": chunk,
@@ -146,6 +171,11 @@ def query_side(folder: str, device, bf16: bool, n: int, rounds: int, data, res: 
         "queries_per_s": round(B / t["query_side_corpus"], 1),
         "hours_per_msmarco_epoch_400k": round(MSMARCO_TRAIN_QUERIES / (B / t["query_side_corpus"]) / 3600, 3),
         "peak_gpu_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2) if device.type == "cuda" else None,
+        "read_s": round(t["read"], 5), "read_gb_per_s": round(index_gb / t["read"], 1),
+        "matmul_tflops": round(tflops, 2), "step_tflop": round(corpus_tflop + encoder_tflop, 3),
+        "corpus_tflop": round(corpus_tflop, 3), "encoder_tflop": round(encoder_tflop, 3),
+        "flop_limit_s": round(flop_limit, 5), "limit_s": round(limit, 5),
+        "step_vs_limit": round(t["query_side_corpus"] / limit, 2),
         "wall_s": round(time.perf_counter() - before, 1),
     }
 

@@ -123,7 +123,7 @@ class TrainingJob:
             stages=stages,
             fit=FitPlan(out=out, trainer=cfg.trainer, callbacks=cfg.get("callbacks"), logger=logger,
                         loss=cfg.loss, module=cfg.module, config_record=record,
-                        passages={"candidates": passages.candidates, "chunk_size": passages.get("chunk_size") or 65536}
+                        passages={"candidates": passages.candidates, "chunk_size": passages.get("chunk_size") or "auto"}
                         if frozen else {}),
             data=cfg.data, model=cfg.model, start_weights={"name_or_path": init_from} if init_from else {},
             evaluation=Evaluation.from_node(cfg.eval, cfg.get("run_name")),  # the sets' errors, before any write

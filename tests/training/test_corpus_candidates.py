@@ -7,7 +7,17 @@ import pytest
 import torch
 
 from multipos.losses import HARDEST_NEGATIVE, OBJECTIVES, SINGLE_POSITIVE, compute
-from multipos.training.corpus_candidates import corpus_scores, corpus_targets, full_corpus_scores, negative_summary
+from multipos.training.corpus_candidates import (
+    DEFAULT_CHUNK_SIZE,
+    FREE_MEMORY_SHARE,
+    auto_chunk_size,
+    chunk_bytes_per_row,
+    corpus_scores,
+    corpus_targets,
+    full_corpus_scores,
+    negative_summary,
+    resolve_chunk_size,
+)
 
 N, H = 103, 16
 IDS = [f"d{i}" for i in range(N)]
@@ -36,7 +46,7 @@ def _loss_and_grad(name, q0, passages, chunk_size=None, tau=0.05):
 
 
 @pytest.mark.parametrize("name", sorted(OBJECTIVES))
-@pytest.mark.parametrize("chunk_size", [1, 7, 64, 1000])
+@pytest.mark.parametrize("chunk_size", [1, 7, 64, N, 1000])  # N and above: the whole corpus in one chunk
 def test_chunked_equals_unchunked_in_float64(name, chunk_size):
     passages = _corpus(torch.float64)
     q0 = torch.randn(len(POSITIVES), H, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
@@ -113,3 +123,33 @@ def test_bad_input_names_the_problem():
         negative_summary(q, _corpus(torch.float32), 0.05, torch.zeros(0, 2, dtype=torch.long), 8, "mean")
     with pytest.raises(ValueError, match="chunk_size"):
         negative_summary(q, _corpus(torch.float32), 0.05, torch.zeros(0, 2, dtype=torch.long), 0)
+
+
+def test_auto_chunk_size_fits_the_free_device_memory_and_takes_the_whole_corpus_where_it_can():
+    """``passages.chunk_size=auto``: on a CUDA device as many rows as fit in half its free memory (one chunk, the
+    whole corpus, where it all fits; at least 1,024 rows); on a CPU the fixed default."""
+    cuda = torch.device("cuda")
+    B, H_, rows = 128, 768, 8_841_823
+    per_row = chunk_bytes_per_row(B, H_)
+    assert per_row == B * 17 + 4 * H_
+    assert auto_chunk_size(B, rows, H_, cuda, free_bytes=140 * 10**9) == rows  # an H200: one chunk
+    part = auto_chunk_size(B, rows, H_, cuda, free_bytes=20 * 10**9)
+    assert part == int(FREE_MEMORY_SHARE * 20 * 10**9) // per_row < rows
+    assert auto_chunk_size(B, rows, H_, cuda, free_bytes=10**6) == 1024
+    assert auto_chunk_size(B, 500, H_, cuda, free_bytes=10**6) == 500
+    cpu = torch.device("cpu")
+    assert auto_chunk_size(B, rows, H_, cpu) == DEFAULT_CHUNK_SIZE and auto_chunk_size(B, 3633, H_, cpu) == 3633
+    with pytest.raises(ValueError, match="must be >= 1"):
+        auto_chunk_size(0, rows, H_, cpu)
+
+
+def test_resolve_chunk_size_logs_auto_and_refuses_bad_settings(caplog):
+    cpu = torch.device("cpu")
+    with caplog.at_level("INFO", logger="multipos.training.corpus_candidates"):
+        assert resolve_chunk_size("auto", 64, 3633, 384, cpu) == 3633
+    assert ("passages.chunk_size=auto: 3633 corpus rows a chunk (one chunk of 3633 rows; B=64, dim 384, cpu)"
+            in caplog.text)
+    assert resolve_chunk_size(4096, 64, 3633, 384, cpu) == resolve_chunk_size("4096", 64, 3633, 384, cpu) == 4096
+    for bad in (0, "lots"):
+        with pytest.raises(ValueError, match="passages.chunk_size"):
+            resolve_chunk_size(bad, 64, 3633, 384, cpu)

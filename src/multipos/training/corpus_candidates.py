@@ -22,6 +22,7 @@ masks), used by the tests to check loss and gradients of every objective against
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -31,7 +32,52 @@ from torch import Tensor
 from multipos.losses import _NEG
 from multipos.model.transfer import to_device
 
+log = logging.getLogger(__name__)
+
 SUMMARIES = ("lse", "max")
+#: Rows a chunk holds where nothing says how many fit (a CPU, or ``passages.chunk_size`` given as a number).
+DEFAULT_CHUNK_SIZE = 65536
+#: Share of the device's free memory one chunk's working set may take (the rest: the optimizer step, autograd).
+FREE_MEMORY_SHARE = 0.5
+
+
+def chunk_bytes_per_row(batch: int, dim: int) -> int:
+    """Device bytes one corpus row costs inside a chunk of :func:`negative_summary` (``lse``, float32): four float32
+    values per query (its score, the masked score, the shifted score and the exp-weight: 16 bytes × ``batch``), its
+    judged-mask entry per query (1 byte × ``batch``) and its embedding cast to float32 (4 bytes × ``dim``)."""
+    return batch * (4 * 4 + 1) + 4 * dim
+
+
+def auto_chunk_size(batch: int, rows: int, dim: int, device: torch.device, free_bytes: int | None = None) -> int:
+    """The chunk size ``passages.chunk_size=auto`` picks: on a CUDA device the most rows whose working set
+    (:func:`chunk_bytes_per_row`) fits in :data:`FREE_MEMORY_SHARE` of its free memory (``free_bytes``, default
+    :func:`torch.cuda.mem_get_info`), ``rows`` (the whole corpus, one chunk) where it all fits; elsewhere
+    :data:`DEFAULT_CHUNK_SIZE` (host memory is not the limit a chunk is sized against). At least 1,024 rows (or
+    ``rows`` when fewer). Raises ValueError for ``batch``, ``rows`` or ``dim`` < 1."""
+    if min(batch, rows, dim) < 1:
+        raise ValueError(f"auto_chunk_size: batch, rows and dim must be >= 1, got {batch}, {rows}, {dim}")
+    if device.type != "cuda" and free_bytes is None:
+        return min(DEFAULT_CHUNK_SIZE, rows)
+    if free_bytes is None:
+        free_bytes = torch.cuda.mem_get_info(device)[0]
+    fit = int(FREE_MEMORY_SHARE * free_bytes) // chunk_bytes_per_row(batch, dim)
+    return min(rows, max(fit, 1024))
+
+
+def resolve_chunk_size(setting: int | str | None, batch: int, rows: int, dim: int, device: torch.device) -> int:
+    """``passages.chunk_size`` as rows: a number as it is, ``auto`` (or null) through :func:`auto_chunk_size`, the
+    choice logged with what it was made from. Raises ValueError for a number < 1 or any other string."""
+    if setting in (None, "auto"):
+        size = auto_chunk_size(batch, rows, dim, device)
+        free = f", {torch.cuda.mem_get_info(device)[0] / 1e9:.1f} GB free" if device.type == "cuda" else ""
+        log.info("passages.chunk_size=auto: %d corpus rows a chunk (%s of %d rows; B=%d, dim %d, %s%s)", size,
+                 "one chunk" if size >= rows else f"{-(-rows // size)} chunks", rows, batch, dim, device.type, free)
+        return size
+    if isinstance(setting, str) and not setting.isdigit():
+        raise ValueError(f"passages.chunk_size must be a number of rows >= 1 or auto, got {setting!r}")
+    if int(setting) < 1:
+        raise ValueError(f"passages.chunk_size must be >= 1, got {setting}")
+    return int(setting)
 
 
 @dataclass

@@ -18,7 +18,7 @@ from multipos.losses import HARDEST_NEGATIVE, SOFT_OBJECTIVES, ContrastiveLoss
 from multipos.model.encoder import DualEncoder
 from multipos.model.transfer import to_device
 from multipos.training import distributed
-from multipos.training.corpus_candidates import corpus_scores, corpus_targets
+from multipos.training.corpus_candidates import corpus_scores, corpus_targets, resolve_chunk_size
 from multipos.training.embedding_gradients import RowSparseEmbeddingGrads
 from multipos.training.grad_cache import grad_cache_step
 from multipos.training.passage_index import FrozenPassageIndex
@@ -109,7 +109,9 @@ class RetrieverModule(L.LightningModule):
         candidates: ``group`` (the batch's groups, in-batch negatives) or ``corpus`` (every corpus passage;
             exact, in chunks of ``chunk_size`` rows: :mod:`multipos.training.corpus_candidates`).
             ``passages.candidates``.
-        chunk_size: corpus rows scored at a time with ``candidates="corpus"`` (``passages.chunk_size``).
+        chunk_size: corpus rows scored at a time with ``candidates="corpus"`` (``passages.chunk_size``): a number, or
+            ``auto`` (from the device's free memory at the first step, one chunk where the corpus fits; logged:
+            :func:`multipos.training.corpus_candidates.resolve_chunk_size`).
 
     Data-parallel training (``trainer=ddp``): every step scores the local queries against the passages of all
     ranks with masks over the global batch (:mod:`multipos.training.distributed`); one process is the special case W =
@@ -126,7 +128,7 @@ class RetrieverModule(L.LightningModule):
                  schedule_offset: int = 0, schedule_total: int | None = None, optimizer_state: dict | None = None,
                  grad_cache_chunk_size: int | None = None, gradient_clip_val: float | None = None,
                  gradient_clip_algorithm: str = "norm", passage_index: FrozenPassageIndex | None = None,
-                 candidates: str = "group", chunk_size: int | None = 65536):
+                 candidates: str = "group", chunk_size: int | str | None = "auto"):
         super().__init__()
         if candidates not in CANDIDATES:
             raise ValueError(f"passages.candidates={candidates!r}; allowed: {', '.join(CANDIDATES)}")
@@ -150,7 +152,9 @@ class RetrieverModule(L.LightningModule):
         self.grad_cache_chunk_size = None if grad_cache_chunk_size is None else int(grad_cache_chunk_size)
         self.gradient_clip_val, self.gradient_clip_algorithm = gradient_clip_val, gradient_clip_algorithm
         self.automatic_optimization = self.grad_cache_chunk_size is None
-        self.candidates, self.chunk_size = candidates, int(chunk_size or 65536)
+        self.candidates, self.chunk_size = candidates, chunk_size
+        if chunk_size not in (None, "auto"):  # a bad number fails here, before training; auto at the first step
+            self.chunk_size = resolve_chunk_size(chunk_size, 1, 1, 1, torch.device("cpu"))
         self.passage_row = passage_index.row if passage_index is not None else None
         self._embedding_grads: RowSparseEmbeddingGrads | None = None  # CPU fits: on_fit_start .. teardown
         if passage_index is not None:  # moved to the training device with the module, never checkpointed
@@ -240,6 +244,9 @@ class RetrieverModule(L.LightningModule):
         targets = corpus_targets([g.passage_ids[: g.n_positives] for g in batch.groups],
                                  [g.judged for g in batch.groups], self.passage_row).to(q.device)
         summary = "max" if self.loss.name in HARDEST_NEGATIVE else "lse"
+        if not isinstance(self.chunk_size, int):  # auto: sized once, against the first batch and the device
+            self.chunk_size = resolve_chunk_size(self.chunk_size, q.shape[0], *self.passage_embeddings.shape,
+                                                 q.device)
         scores, positive_mask, negative_mask = corpus_scores(q, self.passage_embeddings, self.model.temperature,
                                                              targets, self.chunk_size, summary)
         ids = batch.passage_ids or []
