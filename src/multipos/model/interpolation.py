@@ -8,9 +8,9 @@ models", CVPR 2022, Eq. 1) trades along a line between the two models without tr
 
 with θ_0 the starting (zero-shot) weights and θ_1 the fine-tuned ones: α = 1 is the fine-tuned model, α = 0 the
 starting one. The setting is ``wise_ft.alpha`` (``conf/wise_ft/default.yaml``): ``train.py`` applies it to the
-model it trained (or, with ``init_from`` and ``trainer.max_epochs=0``, to the model it evaluates) before saving
-and the final evaluation; ``evaluate.py wise_ft.alpha=<α> wise_ft.start=<starting checkpoint>`` applies it to
-any saved model. Query-side models keep E_d at θ_0, so only E_q moves and evaluation re-encodes queries only.
+model it trained before saving and the final evaluation; ``evaluate.py`` to the model it evaluates (``init_from``,
+starting from ``model.name_or_path``; or ``wise_ft.start=<starting checkpoint>`` for any saved model). Query-side
+models keep E_d at θ_0, so only E_q moves and evaluation re-encodes queries only.
 """
 
 from __future__ import annotations
