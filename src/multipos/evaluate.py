@@ -14,7 +14,6 @@ folder skips a finished cell. With ``run_file=<TREC run>`` the run is scored as 
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Sequence
@@ -24,7 +23,6 @@ from pathlib import Path
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from multipos import atomic
 from multipos.assets import cache_dir
 from multipos.evaluation.runner import Evaluation, score_set
 from multipos.evaluation.sets import EvalSet
@@ -104,7 +102,7 @@ class EvaluationJob:
 
     def zero_shot(self):
         """The encoder of the zero-shot reference row: ``zero_shot_model`` when named, else the starting checkpoint
-        ``model`` when :attr:`weights` are evaluated, else None (BM25 only)."""
+        ``model`` when :attr:`weights` are evaluated, else None (BM25 only; the row is then left out)."""
         if self.zero_shot_model:
             return instantiate(self.model, name_or_path=self.zero_shot_model)
         return instantiate(self.model) if self.weights else None
@@ -125,12 +123,7 @@ class EvaluationJob:
         model = self.load_model()  # checkpoint errors before anything is written
         write_spec(out, run.spec)
         write_run_info(out, run.info)
-        refs = {}
-        if evaluation.references:
-            ref_file = out / "references.json"
-            refs = json.loads(ref_file.read_text()) if ref_file.is_file() else evaluation.reference_rows(
-                self.zero_shot(), out=out / "references")  # per-query values for paired tests
-            atomic.write_json(ref_file, refs)
+        refs = evaluation.run_folder_references(out, self.zero_shot) if evaluation.references else {}
         results = evaluation.evaluate(model, out, cache_dir())
         info = {**run.info, "wall_s": round(run.info["wall_s"] + time.time() - started, 1)}
         self._finish(out, results, refs, [f"wall time {info['wall_s']:.0f} s on {info['device']}"])

@@ -33,7 +33,6 @@ computed copies that run's results instead of training (:mod:`multipos.runs.reus
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -168,10 +167,7 @@ class TrainingJob:
         evaluation = self.evaluation
         refs = {}
         if evaluation.references and zero:
-            ref_file = out / "references.json"
-            refs = json.loads(ref_file.read_text()) if ref_file.is_file() else evaluation.reference_rows(
-                instantiate(self.model), out=out / "references")  # per-query values for paired tests
-            atomic.write_json(ref_file, refs)
+            refs = evaluation.run_folder_references(out, lambda: instantiate(self.model))
         if self.prepare_only:
             info.update(status="prepared", wall_s=round(info["wall_s"] + time.time() - start, 1))
             if zero:

@@ -197,6 +197,17 @@ class Evaluation:
             _store_reference_rows(key, refs, out)
         return refs
 
+    def run_folder_references(self, out: Path, zero_shot_model=None) -> dict:
+        """The reference rows of the run folder ``out``: its ``references.json`` when an earlier attempt wrote it,
+        else :meth:`reference_rows` with per-query values under ``out/references/`` (for paired tests);
+        ``references.json`` is written either way. ``zero_shot_model``: a callable returning the zero-shot encoder
+        (called only when the rows are computed), or None for BM25 alone."""
+        ref_file = Path(out) / "references.json"
+        refs = json.loads(ref_file.read_text()) if ref_file.is_file() else self.reference_rows(
+            zero_shot_model() if zero_shot_model else None, out=Path(out) / "references")
+        atomic.write_json(ref_file, refs)
+        return refs
+
     def _reference_key(self, zero_shot_model, sets: list[EvalSet]) -> str:
         """What the floor rows depend on: the zero-shot model's weights and settings
         (:meth:`multipos.model.encoder.DualEncoder.fingerprint`, both sides; its query length), the sets, the retrieval

@@ -64,20 +64,30 @@ def auto_chunk_size(batch: int, rows: int, dim: int, device: torch.device, free_
     return min(rows, max(fit, 1024))
 
 
-def resolve_chunk_size(setting: int | str | None, batch: int, rows: int, dim: int, device: torch.device) -> int:
-    """``passages.chunk_size`` as rows: a number as it is, ``auto`` (or null) through :func:`auto_chunk_size`, the
-    choice logged with what it was made from. Raises ValueError for a number < 1 or any other string."""
+def chunk_size_setting(setting: int | str | None) -> int | None:
+    """``passages.chunk_size`` checked: its number of rows, or None for ``auto`` (or null). Raises ValueError for a
+    number < 1 or any other string."""
     if setting in (None, "auto"):
-        size = auto_chunk_size(batch, rows, dim, device)
-        free = f", {torch.cuda.mem_get_info(device)[0] / 1e9:.1f} GB free" if device.type == "cuda" else ""
-        log.info("passages.chunk_size=auto: %d corpus rows a chunk (%s of %d rows; B=%d, dim %d, %s%s)", size,
-                 "one chunk" if size >= rows else f"{-(-rows // size)} chunks", rows, batch, dim, device.type, free)
-        return size
+        return None
     if isinstance(setting, str) and not setting.isdigit():
         raise ValueError(f"passages.chunk_size must be a number of rows >= 1 or auto, got {setting!r}")
     if int(setting) < 1:
         raise ValueError(f"passages.chunk_size must be >= 1, got {setting}")
     return int(setting)
+
+
+def resolve_chunk_size(setting: int | str | None, batch: int, rows: int, dim: int, device: torch.device) -> int:
+    """``passages.chunk_size`` as rows: a number as it is, ``auto`` (or null) through :func:`auto_chunk_size`, the
+    choice logged with what it was made from. Raises what :func:`chunk_size_setting` raises."""
+    size = chunk_size_setting(setting)
+    if size is not None:
+        return size
+    free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
+    size = auto_chunk_size(batch, rows, dim, device, free_bytes=free)
+    log.info("passages.chunk_size=auto: %d corpus rows a chunk (%s of %d rows; B=%d, dim %d, %s%s)", size,
+             "one chunk" if size >= rows else f"{-(-rows // size)} chunks", rows, batch, dim, device.type,
+             f", {free / 1e9:.1f} GB free" if free is not None else "")
+    return size
 
 
 @dataclass

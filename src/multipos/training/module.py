@@ -18,7 +18,12 @@ from multipos.losses import HARDEST_NEGATIVE, SOFT_OBJECTIVES, ContrastiveLoss
 from multipos.model.encoder import DualEncoder
 from multipos.model.transfer import to_device
 from multipos.training import distributed
-from multipos.training.corpus_candidates import corpus_scores, corpus_targets, resolve_chunk_size
+from multipos.training.corpus_candidates import (
+    chunk_size_setting,
+    corpus_scores,
+    corpus_targets,
+    resolve_chunk_size,
+)
 from multipos.training.embedding_gradients import RowSparseEmbeddingGrads
 from multipos.training.grad_cache import grad_cache_step
 from multipos.training.passage_index import FrozenPassageIndex
@@ -152,9 +157,8 @@ class RetrieverModule(L.LightningModule):
         self.grad_cache_chunk_size = None if grad_cache_chunk_size is None else int(grad_cache_chunk_size)
         self.gradient_clip_val, self.gradient_clip_algorithm = gradient_clip_val, gradient_clip_algorithm
         self.automatic_optimization = self.grad_cache_chunk_size is None
-        self.candidates, self.chunk_size = candidates, chunk_size
-        if chunk_size not in (None, "auto"):  # a bad number fails here, before training; auto at the first step
-            self.chunk_size = resolve_chunk_size(chunk_size, 1, 1, 1, torch.device("cpu"))
+        # a bad setting fails here, before training; auto (None) is sized at the first step
+        self.candidates, self.chunk_size = candidates, chunk_size_setting(chunk_size)
         self.passage_row = passage_index.row if passage_index is not None else None
         self._embedding_grads: RowSparseEmbeddingGrads | None = None  # CPU fits: on_fit_start .. teardown
         if passage_index is not None:  # moved to the training device with the module, never checkpointed
@@ -244,9 +248,8 @@ class RetrieverModule(L.LightningModule):
         targets = corpus_targets([g.passage_ids[: g.n_positives] for g in batch.groups],
                                  [g.judged for g in batch.groups], self.passage_row).to(q.device)
         summary = "max" if self.loss.name in HARDEST_NEGATIVE else "lse"
-        if not isinstance(self.chunk_size, int):  # auto: sized once, against the first batch and the device
-            self.chunk_size = resolve_chunk_size(self.chunk_size, q.shape[0], *self.passage_embeddings.shape,
-                                                 q.device)
+        if self.chunk_size is None:  # auto: sized once, against the first batch and the device
+            self.chunk_size = resolve_chunk_size("auto", q.shape[0], *self.passage_embeddings.shape, q.device)
         scores, positive_mask, negative_mask = corpus_scores(q, self.passage_embeddings, self.model.temperature,
                                                              targets, self.chunk_size, summary)
         ids = batch.passage_ids or []
