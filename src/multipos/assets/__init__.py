@@ -178,6 +178,13 @@ def resolve_dataset(name_or_path: str, download: bool = True) -> Path:
 
     if name_or_path in REGISTRY:
         return _build_registered(name_or_path, [local], download)
+    head, _, sub = name_or_path.partition("/")
+    if sub and head in REGISTRY:  # a folder inside a registered asset: cqadupstack/android
+        folder = resolve_dataset(head, download) / sub
+        if not folder.is_dir():
+            raise AssetNotFoundError(f"dataset {name_or_path!r}: {folder} does not exist (asset {head!r} holds "
+                                     f"{', '.join(sorted(p.name for p in folder.parent.iterdir() if p.is_dir()))})")
+        return folder
     candidates = [local, cache_dir() / "beir" / name_or_path]
     if candidates[1].is_dir():
         return candidates[1]
@@ -224,8 +231,16 @@ def resolve_files(name_or_path: str, files: list[str], urls: dict[str, str] | No
     """
     import gzip
 
+    from multipos.assets.registry import REGISTRY
+
     urls = DPR_URLS if urls is None else urls
     path = Path(name_or_path).expanduser()
+    if not path.is_dir() and name_or_path in REGISTRY:  # a registered folder (nq-dpr): built from its sources
+        folder = resolve_dataset(name_or_path)
+        missing = [f for f in files if not (folder / f).is_file()]
+        if missing:
+            raise AssetNotFoundError(f"{folder} (asset {name_or_path!r}) has no {', '.join(missing)}")
+        return folder
     candidates = [path] if path.is_dir() else [assets_dir() / "data" / name_or_path, cache_dir() / name_or_path]
     for c in candidates:
         if c.is_dir() and all((c / f).is_file() for f in files):

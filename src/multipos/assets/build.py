@@ -8,10 +8,12 @@ and the files are byte-identical to it.
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import os
 import shutil
+import tarfile
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -86,12 +88,134 @@ def _trec_dl_subcorpus(asset: Asset, files: dict[str, Path], out: Path) -> None:
             f.writelines(f"{q}\t{p}\t{g}\n" for q, p, g in rows)
 
 
+_QRELS_HEADER = "query-id\tcorpus-id\tscore\n"
+
+
+def _tsv_rows(stream, where: str, fields: int, sep: str | None = "\t"):
+    """(line number, fields) of a text stream of ``fields``-column lines; a malformed line names ``where`` and its
+    number (:class:`multipos.formats.types.DataFormatError`)."""
+    from multipos.formats.types import DataFormatError
+
+    for n, line in enumerate(stream, 1):
+        line = line.rstrip("\r\n")
+        if not line:
+            continue
+        parts = line.split(sep, fields - 1) if sep else line.split()
+        if len(parts) != fields:
+            raise DataFormatError(f"{where}:{n}: expected {fields} {'tab-separated ' if sep else ''}fields, got "
+                                  f"{len(parts)}: {line[:120]!r}")
+        yield n, parts
+
+
+def _msmarco_passage(asset: Asset, files: dict[str, Path], out: Path) -> None:
+    """MS MARCO passage v1 in BEIR layout, streamed from ``collectionandqueries.tar.gz`` (never held in memory).
+
+    ``corpus.jsonl`` from ``collection.tsv`` (``{"_id", "title": "", "text"}``, in collection order);
+    ``queries.jsonl``: ``queries.train.tsv`` then ``queries.dev.small.tsv``; ``qrels/train.tsv`` from
+    ``qrels.train.tsv`` and ``qrels/dev.tsv`` from ``qrels.dev.small.tsv`` (MS MARCO dev small, 6,980 queries: the
+    set the paper and BEIR report), grade 1.
+    """
+    wanted = {"collection.tsv", "queries.train.tsv", "queries.dev.small.tsv", "qrels.train.tsv", "qrels.dev.small.tsv"}
+    (out / "qrels").mkdir()
+    seen = set()
+    archive = files["collectionandqueries"]
+    with tarfile.open(archive, "r|gz") as tar:  # a stream: members are read in archive order, once
+        for member in tar:
+            base = Path(member.name).name
+            if not member.isfile() or base not in wanted:
+                continue
+            seen.add(base)
+            stream = (line.decode("utf-8") for line in tar.extractfile(member))
+            where = f"{archive}:{member.name}"
+            if base == "collection.tsv":
+                with open(out / "corpus.jsonl", "w", encoding="utf-8") as f:
+                    for _, (pid, text) in _tsv_rows(stream, where, 2):
+                        f.write(json.dumps({"_id": pid, "title": "", "text": text}, ensure_ascii=False) + "\n")
+            elif base.startswith("queries."):
+                with open(out / "queries.jsonl", "a", encoding="utf-8") as f:
+                    for _, (qid, text) in _tsv_rows(stream, where, 2):
+                        f.write(json.dumps({"_id": qid, "text": text}, ensure_ascii=False) + "\n")
+            else:
+                split = "train" if base == "qrels.train.tsv" else "dev"
+                with open(out / "qrels" / f"{split}.tsv", "w", encoding="utf-8") as f:
+                    f.write(_QRELS_HEADER)
+                    f.writelines(f"{qid}\t{pid}\t{grade}\n" for _, (qid, _, pid, grade) in _tsv_rows(stream, where, 4))
+    if seen != wanted:
+        from multipos.formats.types import DataFormatError
+
+        raise DataFormatError(f"{archive}: missing {', '.join(sorted(wanted - seen))} (MS MARCO's "
+                              "collectionandqueries.tar.gz holds collection.tsv, queries.*.tsv and qrels.*.tsv)")
+
+
+def _link_corpus(corpus: Path, out: Path) -> None:
+    """``out/corpus.jsonl`` as a link to ``corpus``: one copy on disk. Relative where possible (the build folder is
+    a sibling of the final one, so the link stays right after the rename)."""
+    corpus = corpus.resolve()
+    try:
+        target = os.path.relpath(corpus, out.resolve())
+    except ValueError:  # another drive
+        target = str(corpus)
+    os.symlink(target, out / "corpus.jsonl")
+
+
+def _trec_dl_full(asset: Asset, files: dict[str, Path], out: Path) -> None:
+    """A TREC DL passage year over the whole MS MARCO collection, in BEIR layout.
+
+    ``queries.jsonl``: the judged topics of the year's ``msmarco-test20xx-queries.tsv.gz`` (ids sorted as integers);
+    ``qrels/test.tsv``: NIST's judgments (``qid Q0 pid grade``), sorted by (query, passage) as integers;
+    ``corpus.jsonl``: a link to the ``msmarco-passage`` asset's corpus.
+    """
+    with gzip.open(files["queries"], "rt", encoding="utf-8") as f:
+        topics = {qid: text for _, (qid, text) in _tsv_rows(f, str(files["queries"]), 2)}
+    with open(files["qrels"], encoding="utf-8") as f:
+        judgments = sorted(((q, p, g) for _, (q, _, p, g) in _tsv_rows(f, str(files["qrels"]), 4, sep=None)),
+                           key=lambda j: (int(j[0]), int(j[1])))
+    judged = sorted({q for q, _, _ in judgments}, key=int)
+    missing = [q for q in judged if q not in topics]
+    if missing:
+        from multipos.formats.types import DataFormatError
+
+        raise DataFormatError(f"{files['qrels']}: judged queries {missing[:5]} are not in {files['queries']}")
+    with open(out / "queries.jsonl", "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({"_id": q, "text": topics[q]}, ensure_ascii=False) + "\n" for q in judged)
+    (out / "qrels").mkdir()
+    with open(out / "qrels" / "test.tsv", "w", encoding="utf-8") as f:
+        f.write(_QRELS_HEADER)
+        f.writelines(f"{q}\t{p}\t{g}\n" for q, p, g in judgments)
+    _link_corpus(files["asset:msmarco-passage"] / "corpus.jsonl", out)
+
+
+def _dpr_nq(asset: Asset, files: dict[str, Path], out: Path) -> None:
+    """DPR's NQ test folder: ``psgs_w100.tsv`` (decompressed from ``psgs_w100.tsv.gz`` as a stream) and
+    ``nq-test.qa.csv`` (question, answer list), the layout :class:`multipos.evaluation.sets.QAEvalSet` reads."""
+    with gzip.open(files["psgs_w100.tsv.gz"], "rb") as src, open(out / "psgs_w100.tsv", "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+    shutil.copyfile(files["nq-test.qa.csv"], out / "nq-test.qa.csv")
+
+
 #: builder name (``Asset.builder``) -> function(asset, {source name: downloaded file}, empty output folder)
 BUILDERS: dict[str, Callable[[Asset, dict[str, Path], Path], None]] = {
     "beir_zip": _beir_zip,
     "files": _files,
     "trec_dl_subcorpus": _trec_dl_subcorpus,
+    "msmarco_passage": _msmarco_passage,
+    "trec_dl_full": _trec_dl_full,
+    "dpr_nq": _dpr_nq,
 }
+
+
+def _required(name: str, root: Path, cache: Path) -> Path:
+    """The folder of required asset ``name``: in ``root`` or wherever :func:`multipos.assets.resolve_dataset` finds
+    it without downloading, else built into ``root``."""
+    from multipos.assets import AssetNotFoundError, resolve_dataset
+
+    here = root / get(name).kind / name
+    if here.is_dir():
+        return here
+    try:
+        return resolve_dataset(name, download=False)
+    except AssetNotFoundError:
+        return build_asset(name, root, cache)
 
 
 def build_asset(name: str, root: Path, cache: Path) -> Path:
@@ -108,7 +232,8 @@ def build_asset(name: str, root: Path, cache: Path) -> Path:
     target = root / asset.kind / name
     if target.is_dir():
         return target
-    files = {s.name: fetch_source(s, cache) for s in asset.sources}
+    files = {f"asset:{req}": _required(req, root, cache) for req in asset.requires}
+    files.update({s.name: fetch_source(s, cache) for s in asset.sources})
     tmp = target.with_name(f".{name}.building-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)

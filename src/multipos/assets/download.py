@@ -17,6 +17,7 @@ Environment:
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 from pathlib import Path
@@ -24,7 +25,11 @@ from urllib.parse import urlsplit
 
 from multipos.assets.registry import Source
 
-__all__ = ["AssetDownloadError", "mirrored_url", "fetch_source", "file_hash"]
+__all__ = ["AssetDownloadError", "mirrored_url", "fetch_source", "file_hash", "check_first_seen", "FIRST_SEEN_FILE"]
+
+#: In the download cache: the sha256 of each unpinned file (no published hash) as first received, by URL or hub
+#: file; every later download or build is checked against it.
+FIRST_SEEN_FILE = "sha256-first-seen.json"
 
 log = logging.getLogger(__name__)
 _CHUNK = 1 << 20
@@ -57,8 +62,9 @@ def file_hash(path: str | os.PathLike, algorithm: str = "sha256") -> str:
     return h.hexdigest()
 
 
-def _resumable_downloader(partial_dir: Path):
-    """A pooch downloader that keeps what it received in ``partial_dir`` and asks only for the rest next time."""
+def _resumable_downloader(partial_dir: Path, headers: dict[str, str] | None = None):
+    """A pooch downloader that keeps what it received in ``partial_dir`` and asks only for the rest next time
+    (``headers``: extra request headers the host needs)."""
 
     def download(url: str, output_file, pooch, check_only: bool = False):  # pooch calls it with these arguments
         import requests
@@ -67,8 +73,8 @@ def _resumable_downloader(partial_dir: Path):
         partial_dir.mkdir(parents=True, exist_ok=True)
         part = partial_dir / (hashlib.sha256(url.encode()).hexdigest()[:24] + ".part")
         have = part.stat().st_size if part.exists() else 0
-        headers = {"Range": f"bytes={have}-"} if have else {}
-        with requests.get(url, headers=headers, stream=True, timeout=(10, 60)) as r:
+        request_headers = {**(headers or {}), **({"Range": f"bytes={have}-"} if have else {})}
+        with requests.get(url, headers=request_headers, stream=True, timeout=(10, 60)) as r:
             if r.status_code == 416:  # the partial file is already whole
                 r.close()
             else:
@@ -116,7 +122,7 @@ def fetch_source(source: Source, cache: Path, retries: int | None = None) -> Pat
                          retry_if_failed=retries)
     pooch.get_logger().setLevel(logging.WARNING)
     try:
-        path = Path(store.fetch(fname, downloader=_resumable_downloader(cache / "partial")))
+        path = Path(store.fetch(fname, downloader=_resumable_downloader(cache / "partial", dict(source.headers))))
     except ValueError as e:
         if "hash" not in str(e):
             raise
@@ -125,5 +131,37 @@ def fetch_source(source: Source, cache: Path, retries: int | None = None) -> Pat
     except (requests.exceptions.RequestException, OSError) as e:
         raise AssetDownloadError(f"{url}: download failed ({type(e).__name__}: {e})") from None
     if source.hash is None:
-        log.warning("%s is not pinned: sha256 of what was downloaded is %s", url, file_hash(path))
+        try:
+            check_first_seen(source.url, file_hash(path), cache)
+        except AssetDownloadError:
+            path.unlink()
+            raise
     return path
+
+
+def check_first_seen(key: str, sha256: str, cache: Path) -> bool:
+    """Check an unpinned file's sha256 against the one recorded when ``key`` (its URL, or ``hf://`` hub file) was
+    first received, recording it on first sight in ``<cache>/``:data:`FIRST_SEEN_FILE`.
+
+    Returns:
+        True when the hash was recorded now (first sight), False when it matched the record.
+
+    Raises:
+        AssetDownloadError: the hash differs from the recorded one (names the key, both hashes and the record file).
+    """
+    from multipos import atomic
+
+    record_file = Path(cache) / FIRST_SEEN_FILE
+    records = json.loads(record_file.read_text(encoding="utf-8")) if record_file.is_file() else {}
+    seen = records.get(key)
+    if seen is None:
+        records[key] = sha256
+        atomic.write_json(record_file, records)
+        log.warning("%s is not pinned by a published hash: its sha256 %s is recorded in %s and checked from now on",
+                    key, sha256, record_file)
+        return True
+    if seen != sha256:
+        raise AssetDownloadError(f"{key}: the file received has sha256 {sha256}, but {seen} was recorded when it was "
+                                 f"first received ({record_file}); the source changed. Pin a revision, or delete "
+                                 "its entry there to accept the new file.")
+    return False

@@ -14,13 +14,34 @@ Sources (checked against ``../shared/assets``: the folders built from them have 
   castorini/anserini-tools; the passages (MS MARCO v1 text) are the union of the hits of castorini/rank_llm's
   first-stage retrieval runs over those topics.
 - ``all-MiniLM-L6-v2``, ``bert-base-uncased``: the Hugging Face hub.
+
+Paper scale (Sec. 4.1 and Table 3 of the paper). URLs, sizes and md5s are read from the download list that
+``ir_datasets`` ships (``ir_datasets/etc/downloads.json`` of the pinned version, :data:`IR_DATASETS_VERSION`), not
+typed here; the files themselves are fetched by :mod:`multipos.assets.download` (pooch), which streams to disk,
+resumes and honours ``MULTIPOS_MIRROR``, and built into the BEIR folders the configs read:
+
+- ``msmarco-passage``: MS MARCO's ``collectionandqueries.tar.gz`` (8,841,823 passages; train and dev-small queries
+  and qrels).
+- ``trec-dl-2019-full`` / ``trec-dl-2020-full``: the judged TREC DL passage topics and NIST qrels over the whole
+  collection (its ``corpus.jsonl`` is a link to ``msmarco-passage``'s).
+- ``nq-dpr``: DPR's 21M-passage Wikipedia split and NQ test questions with answers (Karpukhin et al., 2020).
+- the 14 BEIR sets of Table 3 (BEIR's zips), CQADupStack as one asset of 12 forum folders.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
 
-__all__ = ["Source", "Asset", "REGISTRY", "RANK_LLM_RUNS", "get"]
+__all__ = ["Source", "Asset", "REGISTRY", "RANK_LLM_RUNS", "BEIR_SETS", "CQADUPSTACK_FORUMS", "IR_DATASETS_VERSION",
+           "get"]
+
+#: The ir_datasets release whose download list (URLs, md5s, sizes) the paper-scale sources are read from
+#: (pyproject.toml pins the same version, so the list cannot move under a build).
+IR_DATASETS_VERSION = "0.6.3"
 
 
 @dataclass(frozen=True)
@@ -33,19 +54,25 @@ class Source:
             is then not verified; :func:`multipos.assets.download.fetch_source` logs the hash it saw).
         licence: the licence or terms of use of the file's content.
         name: where the file goes: its path inside the asset (model files) or a short key the builder reads.
+        size: the file's size in bytes where the source of truth states it (for ``list`` and the docs), else None.
+        headers: extra HTTP request headers the host needs, as (name, value) pairs (MS MARCO's Azure store wants
+            ``X-Ms-Version``).
     """
 
     url: str
     hash: str | None
     licence: str
     name: str
+    size: int | None = None
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
 class Asset:
     """One asset: its kind (``data`` or ``models``), the builder that lays it out, and the files it needs.
 
-    ``options`` are keyword arguments of the builder (:data:`multipos.assets.build.BUILDERS`).
+    ``options`` are keyword arguments of the builder (:data:`multipos.assets.build.BUILDERS`); ``requires`` names
+    assets built (or found) first, whose folders the builder receives as ``files["asset:<name>"]``.
     """
 
     name: str
@@ -54,6 +81,7 @@ class Asset:
     sources: tuple[Source, ...]
     description: str
     options: dict = field(default_factory=dict)
+    requires: tuple[str, ...] = ()
 
 
 _GH = "https://raw.githubusercontent.com"
@@ -132,6 +160,85 @@ def _hub(repo: str, revision: str, files: dict[str, str | None], description: st
     )
 
 
+@cache
+def ir_datasets_downloads() -> dict:
+    """ir_datasets' download list (``etc/downloads.json``), read without importing the package.
+
+    Raises:
+        ImportError: ir_datasets is not installed (it is a dependency: ``pip install ir_datasets``).
+    """
+    spec = importlib.util.find_spec("ir_datasets")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(f"the paper-scale asset sources are read from ir_datasets=={IR_DATASETS_VERSION}'s "
+                          "download list: pip install ir_datasets")
+    path = Path(next(iter(spec.submodule_search_locations))) / "etc" / "downloads.json"
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _irds(group: str, key: str, licence: str, name: str) -> Source:
+    """The source ir_datasets lists as ``downloads.json[group][key]`` (URL, md5, size, request headers)."""
+    entry = ir_datasets_downloads()[group][key]
+    headers = tuple(sorted((entry.get("download_args") or {}).get("headers", {}).items()))
+    return Source(entry["url"], f"md5:{entry['expected_md5']}", licence, name, size=entry.get("size_hint"),
+                  headers=headers)
+
+
+_MSMARCO_ONLY = "MS MARCO terms: non-commercial research use (Microsoft)"
+_NIST = "TREC DL qrels and topics: NIST, public; MS MARCO terms for the passages"
+_DPR = "CC BY-NC 4.0 (DPR, facebookresearch); Wikipedia text CC BY-SA 3.0; NQ questions CC BY-SA 3.0"
+
+#: Licence of each BEIR set's content as BEIR's dataset table gives it ("see the original" where it gives none).
+BEIR_SETS: dict[str, str] = {
+    "trec-covid": "CORD-19 dataset licence (Allen Institute for AI); TREC-COVID judgments: NIST, public",
+    "nfcorpus": _NFCORPUS_TERMS,
+    "nq": "CC BY-SA 3.0 (Natural Questions)",
+    "hotpotqa": "CC BY-SA 4.0 (HotpotQA)",
+    "fiqa": "FiQA 2018 challenge data: research use (see the original)",
+    "arguana": "CC BY 4.0 (ArguAna counterargs corpus)",
+    "webis-touche2020": "CC BY 4.0 (args.me corpus, Touché 2020)",
+    "quora": "Quora question pairs: Quora's terms of service (non-commercial)",
+    "dbpedia-entity": "CC BY-SA 3.0 (DBpedia-Entity v2)",
+    "scidocs": "GNU GPL v3 (SCIDOCS)",
+    "fever": "CC BY-SA 3.0 (FEVER; Wikipedia text)",
+    "climate-fever": "CC BY-SA 4.0 (Climate-FEVER)",
+    "scifact": "CC BY-NC 2.0 (SciFact)",
+    "cqadupstack": "Apache-2.0 (CQADupStack; StackExchange content CC BY-SA)",
+}
+#: CQADupStack's 12 StackExchange forums: BEIR reports the set as the mean of their nDCG@10 (one column).
+CQADUPSTACK_FORUMS = ("android", "english", "gaming", "gis", "mathematica", "physics", "programmers", "stats", "tex",
+                      "unix", "webmasters", "wordpress")
+_IRDS_BEIR_KEY = {"webis-touche2020": "webis-touche2020/v2"}  # v2 is the file on BEIR's own server (BEIR's v2)
+
+
+def _beir(name: str) -> Asset:
+    what = "12 forum folders (cqadupstack/<forum>), reported as their mean" if name == "cqadupstack" else "BEIR layout"
+    return Asset(name=name, kind="data", builder="beir_zip", description=f"BEIR {name} ({what}; Table 3)",
+                 sources=(_irds("beir", _IRDS_BEIR_KEY.get(name, name), BEIR_SETS[name], "zip"),))
+
+
+def _paper_scale() -> tuple[Asset, ...]:
+    """The evaluation and collection assets of the paper's own scale (sources from ir_datasets' list)."""
+    marco = Asset(
+        name="msmarco-passage", kind="data", builder="msmarco_passage",
+        description="MS MARCO passage v1: 8,841,823 passages, train and dev-small (6,980) queries and qrels",
+        sources=(_irds("msmarco-passage", "collectionandqueries", _MSMARCO_ONLY, "collectionandqueries"),))
+    dl = tuple(Asset(
+        name=f"trec-dl-{year}-full", kind="data", builder="trec_dl_full", requires=("msmarco-passage",),
+        description=f"TREC DL {year} passage track: judged queries and NIST qrels over the full 8.8M collection",
+        sources=(_irds("msmarco-passage", f"trec-dl-{year}/queries", _NIST, "queries"),
+                 _irds("msmarco-passage", f"trec-dl-{year}/qrels", _NIST, "qrels")))
+        for year in (2019, 2020))
+    nq = Asset(
+        name="nq-dpr", kind="data", builder="dpr_nq",
+        description="NQ test (3,610 questions with answers) over DPR's 21M-passage Wikipedia split (psgs_w100)",
+        sources=(_irds("dpr-w100", "docs", _DPR, "psgs_w100.tsv.gz"),
+                 # Not in ir_datasets' list, and DPR publishes no checksum: the sha256 of the first download is
+                 # recorded and every later download is checked against it (multipos.assets.download).
+                 Source("https://dl.fbaipublicfiles.com/dpr/data/retriever/nq-test.qa.csv", None, _DPR,
+                        "nq-test.qa.csv")))
+    return (marco, *dl, nq, *(_beir(name) for name in BEIR_SETS if name != "nfcorpus"))
+
+
 REGISTRY: dict[str, Asset] = {a.name: a for a in (
     _nfcorpus(),
     _trec_dl(19, "topics.dl19-passage.txt", "518992da259fb61f64e4790791df91a7b42ea5773f374aed59220ebb51d58d90",
@@ -154,6 +261,7 @@ REGISTRY: dict[str, Asset] = {a.name: a for a in (
     _hub("bert-base-uncased", "main", dict.fromkeys(
         ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt")),
         "bert-base-uncased: the paper-scale starting model (model=bert_base)"),
+    *_paper_scale(),
 )}
 
 
