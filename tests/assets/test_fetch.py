@@ -9,12 +9,8 @@ files of all-MiniLM-L6-v2 (the registered hashes are those of the assets' files,
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
-import http.server
 import socket
-import threading
-import typing
 import zipfile
 from pathlib import Path
 
@@ -25,57 +21,18 @@ from multipos.assets import registry as reg
 from multipos.assets.__main__ import main as assets_cli
 from multipos.assets.download import AssetDownloadError, fetch_source, mirrored_url
 from multipos.assets.registry import REGISTRY, Source
+from tests.assets.http_mirror import LocalServers, RangeHandler
 
 SHARED_MIRROR = Path(__file__).resolve().parents[3] / "shared" / "mirror"
 SHARED_ASSETS = assets_dir()  # as the suite was started (the fixtures below point MULTIPOS_ASSETS elsewhere)
 DEFAULT_ASSETS = ("nfcorpus", "trec-dl-2019", "trec-dl-2020", "all-MiniLM-L6-v2")
 
 
-class _RangeHandler(http.server.SimpleHTTPRequestHandler):
-    """Static files with ``Range: bytes=N-`` support; records each request's Range header."""
-
-    ranges: typing.ClassVar[list] = []
-
-    def log_message(self, *args):  # quiet
-        pass
-
-    def send_head(self):
-        rng = self.headers.get("Range")
-        type(self).ranges.append(rng)
-        path = Path(self.translate_path(self.path))
-        if not rng or not path.is_file():
-            return super().send_head()
-        start = int(rng.split("=")[1].rstrip("-"))
-        size = path.stat().st_size
-        if start >= size:
-            self.send_response(416)
-            self.end_headers()
-            return None
-        f = open(path, "rb")  # noqa: SIM115 (returned open, as SimpleHTTPRequestHandler.send_head does)
-        f.seek(start)
-        self.send_response(206)
-        self.send_header("Content-Length", str(size - start))
-        self.send_header("Content-Range", f"bytes {start}-{size - 1}/{size}")
-        self.end_headers()
-        return f
-
-
 @pytest.fixture
-def serve(tmp_path_factory):
+def serve():
     """serve(folder) -> base URL of an HTTP server on 127.0.0.1 for ``folder`` (stopped after the test)."""
-    servers = []
-
-    def start(folder: Path) -> str:
-        handler = functools.partial(_RangeHandler, directory=str(folder))
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}"
-
-    yield start
-    for s in servers:
-        s.shutdown()
-        s.server_close()
+    with LocalServers() as start:
+        yield start
 
 
 def _sha256(path: Path) -> str:
@@ -143,9 +100,9 @@ def test_default_assets_built_from_mirror_equal_the_shared_assets(env, serve, mo
         built, reference = _tree(env / "assets" / kind / name), _tree(shared / kind / name)
         assert built == reference, name
     # A second fetch downloads nothing and leaves the folders as they are.
-    _RangeHandler.ranges.clear()
+    RangeHandler.ranges.clear()
     assert assets_cli(["fetch", *DEFAULT_ASSETS]) == 0
-    assert _RangeHandler.ranges == []
+    assert RangeHandler.ranges == []
 
 
 def test_a_hash_mismatch_names_the_url_and_both_hashes_and_leaves_no_partial_asset(env, serve, monkeypatch):
@@ -197,10 +154,10 @@ def test_a_partial_download_is_resumed_with_a_range_request(env, serve, monkeypa
     partial = cache / "partial" / (hashlib.sha256(mirrored_url(source.url).encode()).hexdigest()[:24] + ".part")
     partial.parent.mkdir(parents=True)
     partial.write_bytes(data[:300_000])
-    _RangeHandler.ranges.clear()
+    RangeHandler.ranges.clear()
     path = fetch_source(source, cache)
     assert path.read_bytes() == data
-    assert _RangeHandler.ranges == ["bytes=300000-"]
+    assert RangeHandler.ranges == ["bytes=300000-"]
     assert not partial.exists()
 
 

@@ -33,8 +33,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "list":
         for asset in REGISTRY.values():
             print(f"{asset.kind}/{asset.name}: {asset.description}")
+            if asset.requires:
+                print(f"    needs: {', '.join(asset.requires)}")
             for s in asset.sources:
-                print(f"    {mirrored_url(s.url)}  {s.hash or '(not pinned)'}  [{s.licence}]")
+                size = f"  {s.size:,} bytes" if s.size else ""
+                print(f"    {mirrored_url(s.url)}  {s.hash or '(no published hash: sha256 recorded on first download)'}"
+                      f"{size}  [{s.licence}]")
         return 0
     root = (args.into or assets_dir()).expanduser()
     failed = 0

@@ -142,8 +142,7 @@ def _nfcorpus() -> Asset:
         name="nfcorpus", kind="data", builder="beir_zip",
         description="NFCorpus (BEIR) with the release's graded qrels (2 = direct, 1 = indirect link)",
         sources=(
-            Source("https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/nfcorpus.zip",
-                   "md5:a89dba18a62ef92f7d323ec890a0d38d", _NFCORPUS_TERMS, "zip"),
+            _irds("beir", "nfcorpus", _NFCORPUS_TERMS, "zip"),  # md5 a89dba18a62ef92f7d323ec890a0d38d
             *(Source(f"{_NFCORPUS_RAW}/{split}/raw/s-{level}.qrel", f"sha256:{sha}", _NFCORPUS_TERMS,
                      f"qrels-graded/{split}.s-{level}.qrel")
               for (split, level), sha in graded.items()),

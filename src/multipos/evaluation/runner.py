@@ -98,11 +98,12 @@ def score_set(es: EvalSet, run, data, out: Path | None, tag: str) -> dict:
     return results
 
 
-def add_average(results: dict[str, dict[str, float]], name: str, sets: list[str] | None = None) -> dict:
+def add_average(results: dict[str, dict[str, float]], name: str, sets: list[str] | None = None,
+                min_sets: int = 2) -> dict:
     """Add ``results[name]`` = unweighted mean over ``sets`` (default: all) of each metric every set has
-    (the BEIR average row). Returns ``results``; needs at least two sets, else leaves it unchanged."""
+    (the BEIR average row). Returns ``results``; needs at least ``min_sets`` sets, else leaves it unchanged."""
     sets = [s for s in (sets or list(results)) if s in results and s != name]
-    if len(sets) < 2:
+    if len(sets) < min_sets:
         return results
     common = [m for m in results[sets[0]] if all(m in results[s] for s in sets)]
     results[name] = {m: sum(results[s][m] for s in sets) / len(sets) for m in common}
@@ -221,12 +222,21 @@ class Evaluation:
     def write(self, out: Path, results: dict, refs: dict | None = None, extra_lines: list[str] | None = None,
               sets: list[EvalSet] | None = None) -> str:
         """Write a job's results (:func:`write_results`) after adding the :attr:`average` row over ``sets``
-        (default :attr:`sets`) to ``results`` and to every row of ``refs``, in place (:func:`add_average`). The
-        validation set is never part of the average (a dev split is no test set). Returns the table text."""
-        if self.average:
-            dev = self.validation.name if self.validation is not None else None
-            names = [es.name for es in (self.sets if sets is None else sets) if es.name != dev]
-            for rows in [results, *(refs or {}).values()]:
+        (default :attr:`sets`) to ``results`` and to every row of ``refs``, in place (:func:`add_average`). Sets of
+        one ``group`` (CQADupStack's forums) first get their group row, their mean, which the average then counts
+        once in their place. The validation set is never part of the average (a dev split is no test set).
+        Returns the table text."""
+        dev = self.validation.name if self.validation is not None else None
+        tested = [es for es in (self.sets if sets is None else sets) if es.name != dev]
+        groups: dict[str, list[str]] = {}
+        for es in tested:
+            if getattr(es, "group", None):
+                groups.setdefault(es.group, []).append(es.name)
+        names = list(dict.fromkeys(getattr(es, "group", None) or es.name for es in tested))
+        for rows in [results, *(refs or {}).values()]:
+            for group, members in groups.items():
+                add_average(rows, group, members, min_sets=1)
+            if self.average:
                 add_average(rows, self.average, names)
         return write_results(out, results, refs, extra_lines)
 

@@ -42,6 +42,9 @@ class EvalSet:
         views: extra qrels views scored on the same run, reported as ``<name>.<view>``: {view:
             {"qrels_file": file(s) (default: the set's qrels), "grades": grades kept (default: all)}}.
             Used by ``hybrid_annotation`` to score one run against gold (human) and silver (LLM) labels.
+        group: the name of the one column this set is part of (CQADupStack's 12 forums: ``cqadupstack``): the
+            written results add ``<group>`` = the unweighted mean of its sets, and an average row over sets counts
+            the group once in their place (as BEIR reports CQADupStack; :meth:`Evaluation.write`).
     """
 
     name: str
@@ -54,6 +57,7 @@ class EvalSet:
     max_passages: int | None = None
     remove_self_hits: bool = False
     views: dict[str, dict] | None = None
+    group: str | None = None
 
     def load(self) -> BeirDataset:
         """The set's corpus, queries and qrels; read from disk once per process and shared after."""
@@ -207,19 +211,28 @@ class QAEvalSet:
 
 def beir_sets(paths, split: str = "test", metrics=("ndcg@10",), relevance_threshold: int = 1) -> dict[str, dict]:
     """Eval-set configs for a list of BEIR folders (``eval=beir eval.paths=[…]``): {folder name → EvalSet kwargs
-    with ``_target_``}. Folders named in :data:`SELF_HIT_SETS` get ``remove_self_hits``.
+    with ``_target_``}. Folders named in :data:`SELF_HIT_SETS` get ``remove_self_hits``. The name ``cqadupstack``
+    stands for its 12 forums (:data:`multipos.assets.registry.CQADUPSTACK_FORUMS`): one set each, named
+    ``cqadupstack-<forum>``, in group ``cqadupstack``, which the written results report as their mean (BEIR's
+    CQADupStack column).
 
     Raises ValueError for an empty list or two folders with the same name (their metrics would collide).
     """
+    from multipos.assets.registry import CQADUPSTACK_FORUMS
+
     paths = [str(p) for p in (_plain(paths) or [])]
     if not paths:
         raise ValueError("eval.paths is empty: give BEIR folders, e.g. eval.paths=[/data/scifact,/data/nfcorpus]")
     out: dict[str, dict] = {}
     for path in paths:
         name = path.rstrip("/").split("/")[-1]
-        if name in out:
-            raise ValueError(f"eval.paths: two folders are named {name!r} ({out[name]['path']}, {path})")
-        out[name] = {"_target_": "multipos.evaluation.sets.EvalSet", "name": name, "path": path, "split": split,
-                     "metrics": list(_plain(metrics)), "relevance_threshold": int(relevance_threshold),
-                     "remove_self_hits": name.lower() in SELF_HIT_SETS}
+        members = [(f"{name}-{forum}", f"{path.rstrip('/')}/{forum}", name) for forum in CQADUPSTACK_FORUMS] \
+            if name == "cqadupstack" else [(name, path, None)]
+        for set_name, set_path, group in members:
+            if set_name in out:
+                raise ValueError(f"eval.paths: two folders are named {set_name!r} ({out[set_name]['path']}, {path})")
+            out[set_name] = {"_target_": "multipos.evaluation.sets.EvalSet", "name": set_name, "path": set_path,
+                             "split": split, "metrics": list(_plain(metrics)),
+                             "relevance_threshold": int(relevance_threshold),
+                             "remove_self_hits": name.lower() in SELF_HIT_SETS, "group": group}
     return out
