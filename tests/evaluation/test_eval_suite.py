@@ -183,7 +183,7 @@ def test_msmarco_dev_config_on_a_beir_layout_fixture(tiny_beir, tmp_path, monkey
     from multipos.evaluate import evaluate
 
     assets = tmp_path / "assets"
-    shutil.copytree(tiny_beir, assets / "data" / "msmarco")
+    shutil.copytree(tiny_beir, assets / "data" / "msmarco-passage")
     monkeypatch.setenv("MULTIPOS_ASSETS", str(assets))
     run = tmp_path / "run.trec"
     run.write_text("q-sleep-1 Q0 sleep-1 1 2.0 t\nq-cancer-1 Q0 bone-1 1 2.0 t\nq-cancer-1 Q0 cancer-3 2 1.0 t\n")
