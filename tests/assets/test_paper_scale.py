@@ -12,10 +12,7 @@ import dataclasses
 import gzip
 import hashlib
 import importlib.util
-import io
 import json
-import tarfile
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -23,12 +20,13 @@ import pytest
 from multipos.assets import AssetNotFoundError, resolve_dataset, resolve_files
 from multipos.assets import registry as reg
 from multipos.assets.__main__ import main as assets_cli
-from multipos.assets.download import FIRST_SEEN_FILE, AssetDownloadError, mirrored_url
+from multipos.assets.download import FIRST_SEEN_FILE, AssetDownloadError
 from multipos.evaluation.runner import Evaluation
 from multipos.evaluation.sets import EvalSet, QAEvalSet, beir_sets
 from multipos.formats.beir import load_beir
 from multipos.formats.types import DataFormatError
 from tests.assets.http_mirror import LocalServers, RangeHandler
+from tests.paper_miniature import place, tar_gz, zip_bytes
 
 PAPER_SCALE = ("msmarco-passage", "trec-dl-2019-full", "trec-dl-2020-full", "nq-dpr", *reg.BEIR_SETS)
 
@@ -49,34 +47,12 @@ def _publish(env: Path, monkeypatch, asset: str, key: str, data: bytes) -> Path:
     """Put ``data`` on the mirror at the URL of source ``key`` of ``asset`` and pin that source to its md5."""
     entry = reg.REGISTRY[asset]
     source = next(s for s in entry.sources if s.name == key)
-    base = mirrored_url(source.url, "http://x").removeprefix("http://x/")
-    path = env / "mirror" / base
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
+    path = place(env / "mirror", source.url, data)
     if source.hash is not None:
         pinned = dataclasses.replace(source, hash=f"md5:{hashlib.md5(data).hexdigest()}")
         sources = tuple(pinned if s.name == key else s for s in entry.sources)
         monkeypatch.setitem(reg.REGISTRY, asset, dataclasses.replace(entry, sources=sources))
     return path
-
-
-def _tar_gz(members: dict[str, str]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name, text in members.items():
-            data = text.encode()
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def _zip(members: dict[str, str]) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-        for name, text in members.items():
-            z.writestr(name, text)
-    return buf.getvalue()
 
 
 MSMARCO = {
@@ -93,7 +69,7 @@ MSMARCO = {
 
 
 def _publish_msmarco(env, monkeypatch, members=MSMARCO):
-    _publish(env, monkeypatch, "msmarco-passage", "collectionandqueries", _tar_gz(members))
+    _publish(env, monkeypatch, "msmarco-passage", "collectionandqueries", tar_gz(members))
 
 
 def _publish_dl(env, monkeypatch, year: int):
@@ -201,7 +177,7 @@ def test_cqadupstack_is_twelve_forums_reported_as_one_mean_column(env, monkeypat
         ("corpus.jsonl", json.dumps({"_id": "d1", "title": "", "text": f"{forum} answer"}) + "\n"),
         ("queries.jsonl", json.dumps({"_id": "q1", "text": f"{forum} question"}) + "\n"),
         ("qrels/test.tsv", "query-id\tcorpus-id\tscore\nq1\td1\t1\n"))}
-    _publish(env, monkeypatch, "cqadupstack", "zip", _zip(forums))
+    _publish(env, monkeypatch, "cqadupstack", "zip", zip_bytes(forums))
     assert resolve_dataset("cqadupstack/gis") == env / "cache" / "assets" / "data" / "cqadupstack" / "gis"
     assert len(load_beir(resolve_dataset("cqadupstack/tex"), "test").corpus) == 1
     with pytest.raises(AssetNotFoundError, match="cqadupstack/nosuchforum.*android"):
@@ -237,7 +213,7 @@ def test_paper_out_of_domain_eval_lists_the_fourteen_sets_with_cqadupstack_as_on
 def test_a_wrong_checksum_names_the_url_and_both_hashes_and_builds_nothing(env, monkeypatch):
     _publish_msmarco(env, monkeypatch)
     tarball = next((env / "mirror").rglob("collectionandqueries.tar.gz"))
-    tarball.write_bytes(_tar_gz({**MSMARCO, "collection.tsv": "0\tanother text\n"}))
+    tarball.write_bytes(tar_gz({**MSMARCO, "collection.tsv": "0\tanother text\n"}))
     assert assets_cli(["fetch", "msmarco-passage"]) == 1
     with pytest.raises(AssetNotFoundError) as err:
         resolve_dataset("msmarco-passage")
