@@ -122,7 +122,8 @@ def build_trainer(plan: FitPlan, max_epochs: int, callbacks: list, stage: str | 
     (W&B: ``stage1-train/loss``); a W&B logger also records the resolved config
     (:func:`multipos.training.loggers.log_config`).
     Checkpoints are written atomically and read with ``weights_only=True``
-    (:class:`multipos.atomic.AtomicCheckpointIO`).
+    (:class:`multipos.atomic.AtomicCheckpointIO`). Under SLURM, Lightning's own requeueing is off
+    (:func:`cluster_plugins`).
     """
     logger = False
     if plan.logger:
@@ -132,7 +133,22 @@ def build_trainer(plan: FitPlan, max_epochs: int, callbacks: list, stage: str | 
         log_config(logger, plan.config_record)
     return instantiate(plan.trainer, default_root_dir=str(plan.out), logger=logger,
                        callbacks=[*callbacks, *progress_bar(plan.trainer)], max_epochs=max_epochs,
-                       plugins=[atomic.AtomicCheckpointIO()], **overrides)
+                       plugins=[atomic.AtomicCheckpointIO(), *cluster_plugins()], **overrides)
+
+
+def cluster_plugins() -> list:
+    """``[SLURMEnvironment(auto_requeue=False)]`` inside a SLURM job (``SLURMEnvironment.detect()``), else ``[]``.
+
+    A SLURM job is requeued by its launcher (``hydra/launcher=slurm``: submitit requeues it on the time-out signal and
+    after a preemption, conf/hydra/launcher/slurm.yaml), and the requeued run resumes from its stage's newest
+    checkpoint (:func:`newest_checkpoint`). Lightning's default SLURM environment would requeue the job a second
+    time on its own signal (SIGUSR1), after saving an ``hpc_ckpt_<n>.ckpt`` into the run folder, outside the stage
+    folders, which a later ``fit`` without a checkpoint of its own (the next stage) would then load. The environment
+    is the one Lightning picks under SLURM anyway; only its requeueing is off.
+    """
+    from lightning.pytorch.plugins.environments import SLURMEnvironment
+
+    return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
 
 
 def progress_bar(trainer_cfg: DictConfig) -> list:
