@@ -27,9 +27,10 @@ def with_default_experiment(argv: list[str]) -> list[str]:
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    from multipos.train import optimized_value, train
+    from multipos.train import optimized_value, stop_on_missing_asset, train
 
-    return optimized_value(train(cfg), cfg.get("optimized_metric"))
+    with stop_on_missing_asset():  # a missing dataset or model: its message and exit status 1, no traceback
+        return optimized_value(train(cfg), cfg.get("optimized_metric"))
 
 
 if __name__ == "__main__":

@@ -2,16 +2,20 @@
 
     python -m multipos.assets list
     python -m multipos.assets fetch nfcorpus trec-dl-2019 trec-dl-2020 all-MiniLM-L6-v2 [--into DIR]
+    python -m multipos.assets fetch msmarco-multipos nq-multipos [--revision REPO=REV ...]
 
 ``fetch`` builds each named asset into ``$MULTIPOS_ASSETS`` (or ``--into``) as ``data/<name>`` or
 ``models/<name>``; an asset already there is left as it is. Downloads are cached in ``$MULTIPOS_CACHE/downloads``;
-``MULTIPOS_MIRROR`` replaces every public host by a mirror. Exit status 1 when an asset could not be built.
+``MULTIPOS_MIRROR`` replaces every public host by a mirror. ``--revision REPO=REV`` reads hub repository ``REPO`` at
+revision ``REV`` (a branch, tag or commit) instead of the registry's (``main``) for the assets built from the hub
+(:mod:`multipos.assets.training_data`). Exit status 1 when an asset could not be built.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -19,6 +23,8 @@ from multipos.assets import assets_dir, cache_dir
 from multipos.assets.build import build_asset
 from multipos.assets.download import AssetDownloadError, mirrored_url
 from multipos.assets.registry import REGISTRY
+from multipos.assets.training_data import REVISIONS_ENV
+from multipos.formats.types import DataFormatError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,7 +34,12 @@ def main(argv: list[str] | None = None) -> int:
     fetch = sub.add_parser("fetch", help="build named assets from their public sources")
     fetch.add_argument("names", nargs="+", metavar="NAME", choices=sorted(REGISTRY))
     fetch.add_argument("--into", type=Path, default=None, help="assets folder (default: $MULTIPOS_ASSETS)")
+    fetch.add_argument("--revision", action="append", default=[], metavar="REPO=REV",
+                       help="read hub repository REPO at revision REV (branch, tag or commit); repeatable")
     args = parser.parse_args(argv)
+    for item in getattr(args, "revision", []):
+        if "=" not in item or not item.partition("=")[2]:
+            parser.error(f"--revision {item!r}: expected REPO=REV, e.g. Tevatron/msmarco-passage=main")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.command == "list":
         for asset in REGISTRY.values():
@@ -42,12 +53,21 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     root = (args.into or assets_dir()).expanduser()
     failed = 0
-    for name in args.names:
-        try:
-            print(f"{name}: {build_asset(name, root, cache_dir() / 'downloads')}")
-        except (AssetDownloadError, OSError) as e:
-            failed += 1
-            print(f"{name}: not built: {e}", file=sys.stderr)
+    before = os.environ.get(REVISIONS_ENV)
+    if args.revision:  # read by the hub builders (multipos.assets.training_data.hub_revision)
+        os.environ[REVISIONS_ENV] = ",".join([*args.revision, *([before] if before else [])])
+    try:
+        for name in args.names:
+            try:
+                print(f"{name}: {build_asset(name, root, cache_dir() / 'downloads')}")
+            except (AssetDownloadError, DataFormatError, OSError) as e:
+                failed += 1
+                print(f"{name}: not built: {e}", file=sys.stderr)
+    finally:
+        if before is None:
+            os.environ.pop(REVISIONS_ENV, None)
+        else:
+            os.environ[REVISIONS_ENV] = before
     return 1 if failed else 0
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from multipos.assets.download import fetch_source
 from multipos.assets.registry import Asset, get
+from multipos.assets.training_data import build_training_data
 
 __all__ = ["BUILDERS", "build_asset"]
 
@@ -201,6 +202,7 @@ BUILDERS: dict[str, Callable[[Asset, dict[str, Path], Path], None]] = {
     "msmarco_passage": _msmarco_passage,
     "trec_dl_full": _trec_dl_full,
     "dpr_nq": _dpr_nq,
+    "multipos_training_data": build_training_data,  # its files come from the hub (multipos.assets.hub)
 }
 
 

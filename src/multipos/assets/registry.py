@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from multipos.assets.training_data import training_data_assets  # Zhang et al. + Tevatron (training_data.py)
+
 __all__ = ["Source", "Asset", "REGISTRY", "RANK_LLM_RUNS", "BEIR_SETS", "CQADUPSTACK_FORUMS", "IR_DATASETS_VERSION",
            "get"]
 
@@ -261,6 +263,7 @@ REGISTRY: dict[str, Asset] = {a.name: a for a in (
         ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt")),
         "bert-base-uncased: the paper-scale starting model (model=bert_base)"),
     *_paper_scale(),
+    *training_data_assets(),  # msmarco-multipos, nq-multipos: the paper's training data (hub repositories)
 )}
 
 

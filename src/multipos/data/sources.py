@@ -2,9 +2,9 @@
 
 * :class:`BeirGradedSource` — a BEIR folder with graded training qrels (NFCorpus: grade 2 = gold,
   grade 1 = silver), hard negatives mined with BM25 or a dense model and cached on disk.
-* :class:`TevatronSource` — the paper's released data in the Tevatron JSONL schema, a file or an
-  HF ``datasets`` dataset; the first ``gold_positives`` positives of each line are gold; hard negatives
-  are the file's or mined with a dense model.
+* :class:`TevatronSource` — the paper's training data in the Tevatron JSONL schema, a file (or one of an asset
+  folder: ``msmarco-multipos/heterogeneous.jsonl``) or an HF ``datasets`` dataset; the first ``gold_positives``
+  positives of each line are gold; hard negatives are the file's or mined with a dense model.
 
 Hard negatives (``negatives``): ``bm25`` (BEIR) or ``given`` (Tevatron) as published, or ``dense``: the top
 passages of a dense model, by default the starting checkpoint (:mod:`multipos.mining.dense_negatives`), optionally
@@ -26,11 +26,11 @@ import logging
 from pathlib import Path
 
 from multipos import atomic
-from multipos.assets import cache_dir, is_local_path, resolve_dataset
+from multipos.assets import AssetNotFoundError, cache_dir, is_local_path, resolve_dataset
 from multipos.data.groups import TrainQuery, unjudged_negatives
 from multipos.data.label_noise import LabelNoise
 from multipos.formats.beir import check_qrels_ids, check_query_texts, read_corpus, read_queries
-from multipos.formats.tevatron import load_tevatron_hf, read_tevatron
+from multipos.formats.tevatron import TEVATRON_SCHEMA, load_tevatron_hf, read_tevatron
 from multipos.formats.trec import read_qrels
 from multipos.formats.types import Corpus, DataFormatError
 from multipos.mining.negative_filter import NegativeFilter
@@ -322,11 +322,43 @@ class BeirGradedSource:
         return corpus, queries
 
 
+def asset_file(path: str) -> Path | None:
+    """``<asset>/<file>`` (``msmarco-multipos/heterogeneous.jsonl``): the file in the folder of registered asset
+    ``<asset>`` (:func:`multipos.assets.resolve_dataset`: the assets folder, the cache, else built from its public
+    sources where a network exists); None for a path whose first component names no registered asset.
+
+    Raises:
+        AssetNotFoundError: the asset cannot be had, or its folder lacks the file; one paragraph naming the asset, the
+            fetch command, the file and its schema (train.py prints it and stops).
+    """
+    from multipos.assets.registry import REGISTRY
+
+    head, _, rest = str(path).partition("/")
+    if not rest or head not in REGISTRY:
+        return None
+    what = (f"data.source.path={path}: the training file {rest} of asset {head!r} (Tevatron JSONL: {TEVATRON_SCHEMA}) "
+            f"is not available")
+    command = f"python -m multipos.assets fetch {head}"
+    fix = (f"Build it where a network exists with `{command}` (docs/assets.md), or point data.source.path at a file "
+           "of that schema.")
+    try:
+        folder = resolve_dataset(head)
+    except AssetNotFoundError as e:
+        fix = fix if command not in str(e) else "Or point data.source.path at a file of that schema (docs/assets.md)."
+        raise AssetNotFoundError(f"{what}: {e} {fix}") from None
+    if not (folder / rest).is_file():
+        have = sorted(p.name for p in folder.iterdir())
+        raise AssetNotFoundError(f"{what}: {folder} holds {have}. {fix}")
+    return folder / rest
+
+
 class TevatronSource:
     """Training queries in the Tevatron JSONL schema (paper's released MS MARCO / NQ data).
 
     Args:
-        path: a ``.jsonl`` file, a folder saved by ``datasets``, or an HF hub dataset id.
+        path: a ``.jsonl`` file, ``<asset>/<file>`` of a registered asset (``msmarco-multipos/heterogeneous.jsonl``:
+            :func:`asset_file`, built by ``python -m multipos.assets fetch <asset>`` where missing), a folder saved by
+            ``datasets``, or an HF hub dataset id.
         split: split for HF datasets.
         gold_positives: how many leading ``positive_passages`` are gold (human): 1 for the
             heterogeneous files (human positive first), 0 for homogeneous (LLM positives only).
@@ -343,8 +375,9 @@ class TevatronSource:
 
     Raises: DataFormatError for a bad line (file and line, see :func:`multipos.formats.tevatron.parse_tevatron`), a
     query id on two lines (naming both) or no line at all; FileNotFoundError for a filesystem ``path`` that does not
-    exist (no hub lookup); ValueError for bad hard-negative settings (naming the field). A passage id given with two
-    different texts keeps its first text (the negative corpus's first); their number is logged as a warning.
+    exist (no hub lookup); AssetNotFoundError for an asset file that cannot be had (:func:`asset_file`); ValueError for
+    bad hard-negative settings (naming the field). A passage id given with two different texts keeps its first text
+    (the negative corpus's first); their number is logged as a warning.
     """
 
     def __init__(self, path: str, split: str = "train", gold_positives: int = 0, max_queries: int | None = None,
@@ -368,6 +401,8 @@ class TevatronSource:
         :class:`TrainQuery` per line, its first ``gold_positives`` positives gold and the rest silver, in the file's
         order, with the given or mined hard negatives). Raises as the class says."""
         p = Path(self.path).expanduser()
+        if not p.exists() and not is_local_path(self.path):
+            p = asset_file(self.path) or p
         if p.is_file():
             examples = read_tevatron(p)
         elif not p.exists() and is_local_path(self.path):

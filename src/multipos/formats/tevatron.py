@@ -11,7 +11,13 @@ from pathlib import Path
 
 from multipos.formats.types import DataFormatError, Passage, get_field, iter_jsonl
 
-__all__ = ["TevatronExample", "parse_tevatron", "read_tevatron", "load_tevatron_hf"]
+__all__ = ["TevatronExample", "TEVATRON_SCHEMA", "parse_passages", "parse_tevatron", "read_tevatron",
+           "load_tevatron_hf"]
+
+#: The schema of one training line, in words (error messages and docs).
+TEVATRON_SCHEMA = ('one JSON object a line: {"query_id", "query", "positive_passages": [{"docid", "title", "text"}, '
+                   '...], "negative_passages": [...]}, positives in order (gold first)')
+
 
 @dataclass
 class TevatronExample:
@@ -24,7 +30,10 @@ class TevatronExample:
     where: str = field(default="", compare=False, repr=False)  # "<file>:<line>" or "<name>[<split>] row <i>"
 
 
-def _passages(obj: dict, key: str, where: str) -> list[Passage]:
+def parse_passages(obj: dict, key: str, where: str, allow_empty: bool = False) -> list[Passage]:
+    """The passages of list field ``key`` of a Tevatron record (absent or null: none); DataFormatError naming ``where``,
+    the field and the index for a passage that is not an object, lacks ``docid`` / ``text`` or (unless
+    ``allow_empty``) has no text at all."""
     items = obj.get(key) or []  # HF datasets turn a missing list into None
     if not isinstance(items, list):
         raise DataFormatError(f"{where}: field {key!r} must be a list")
@@ -35,7 +44,7 @@ def _passages(obj: dict, key: str, where: str) -> list[Passage]:
             raise DataFormatError(f"{at} must be an object with docid/title/text")
         pid = str(get_field(p, "docid", at, (str, int)))
         passage = Passage(pid, str(p.get("title") or ""), str(get_field(p, "text", at)))
-        if not passage.full_text().strip():
+        if not allow_empty and not passage.full_text().strip():
             raise DataFormatError(f"{at}: passage {pid!r} has an empty 'text' and no 'title'")
         out.append(passage)
     return out
@@ -51,10 +60,10 @@ def parse_tevatron(obj: dict, where: str) -> TevatronExample:
         raise DataFormatError(f"{where}: query {qid!r} has an empty 'query' text")
     if obj.get("positive_passages") is None:  # absent (JSONL) or null (HF datasets without the column)
         raise DataFormatError(f"{where}: query {qid!r}: missing field 'positive_passages'")
-    pos = _passages(obj, "positive_passages", where)
+    pos = parse_passages(obj, "positive_passages", where)
     if not pos:
         raise DataFormatError(f"{where}: query {qid!r} has an empty 'positive_passages' list")
-    return TevatronExample(qid, query, pos, _passages(obj, "negative_passages", where), where)
+    return TevatronExample(qid, query, pos, parse_passages(obj, "negative_passages", where), where)
 
 
 def read_tevatron(path: str | os.PathLike) -> list[TevatronExample]:
