@@ -147,6 +147,13 @@ def test_paper_scale_settings():
     assert (cfg.data.group_size, cfg.data.max_positives, cfg.data.batch_size) == (8, 4, 128)
     assert cfg.module.optimizer.lr == 3e-5 and cfg.trainer.max_epochs == 3
     assert cfg.data.source._target_.endswith("TevatronSource")
+    # the paper's fork (docs/paper-scale.md): 16 query tokens in training, 32 in encoding, 128 passage tokens in
+    # both, raw dot product, 10 % warm-up, no weight decay
+    assert (cfg.data.query_max_length, cfg.model.query_max_length) == (16, 32)
+    assert cfg.data.passage_max_length == cfg.model.passage_max_length == cfg.eval.passage_max_length == 128
+    assert (cfg.model.normalize, cfg.model.temperature, cfg.module.warmup_ratio) == (False, 1.0, 0.1)
+    assert cfg.module.optimizer.weight_decay == 0.0
+    assert compose_cfg("evaluate", ["experiment=table3_ood", "size=paper"]).eval.passage_max_length == 128
     cur = compose_cfg("train", ["experiment=table5_curriculum", "scale=paper"])
     assert [s.epochs for s in plan(cur.stages)] == [3, 1]
 
