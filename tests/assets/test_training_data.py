@@ -316,3 +316,19 @@ def test_train_offline_stops_with_one_paragraph(tmp_path, tiny_bert):
     for needed in ("python -m multipos.assets fetch msmarco-multipos", "heterogeneous.jsonl", '"positive_passages"',
                    f"127.0.0.1:{port}"):
         assert needed in paragraph, paragraph
+
+
+def test_parquet_groups_and_the_list_command(tmp_path, capsys):
+    """Tevatron files converted to parquet are read as a stream too; ``list`` names the hub repositories."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from multipos.assets.training_data import iter_records
+
+    path = tmp_path / "train-00000-of-00001.parquet"
+    pq.write_table(pa.Table.from_pylist(MARCO_GROUP_ROWS), path)
+    rows = list(iter_records(path))
+    assert [w for w, _ in rows][:2] == [f"{path} row 1", f"{path} row 2"]
+    assert rows[0][1]["positive_passages"] == [_p("p1")]
+    assert assets_cli(["list"]) == 0
+    assert f"hub {ZHANG_REPO}@main (annotations): *marco*.jsonl" in capsys.readouterr().out

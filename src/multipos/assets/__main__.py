@@ -50,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
                 size = f"  {s.size:,} bytes" if s.size else ""
                 print(f"    {mirrored_url(s.url)}  {s.hash or '(no published hash: sha256 recorded on first download)'}"
                       f"{size}  [{s.licence}]")
+            for role in ("annotations", "groups"):  # hub repositories (multipos.assets.training_data)
+                if spec := asset.options.get(role):
+                    print(f"    hub {spec['repo']}@{spec['revision']} ({role}): {', '.join(spec['patterns'])}  (no "
+                          f"published hash: sha256 recorded on first download)  [{spec['licence']}]")
         return 0
     root = (args.into or assets_dir()).expanduser()
     failed = 0
