@@ -244,6 +244,25 @@ def test_a_query_side_variant_renders_beside_the_study(tmp_path):
     assert render_sweep(root, out, name="other") == (out / "other.md").read_text()  # --name still wins
 
 
+@pytest.mark.parametrize("suffix", ["", "-query_side"])
+def test_a_paper_scale_study_renders_beside_the_cpu_scale_one(tmp_path, suffix):
+    """Runs at paper scale (``size.name: paper[-query_side]``) render to ``<report.name>_paper[_query_side].*``: the
+    CPU-scale files of the same study are left alone."""
+    root = tmp_path / f"table2_homogeneous-paper{suffix}"
+    paper = report_yaml().replace("size:\n", f"size:\n  suffix: '{suffix}'\n  name: paper${{size.suffix}}\n")
+    for obj, per_seed in seeded_values().items():
+        per_query = {SET: {"ndcg@10": qmap(per_seed[0]), "mrr@10": qmap(per_seed[0] / 2)}}
+        make_run(root, f"loss={obj},seed=1", obj, per_query, seed=1, extra_config=paper)
+    out = tmp_path / "results"
+    out.mkdir()
+    for stem in ("table2_homogeneous", "table2_homogeneous_query_side"):
+        (out / f"{stem}.md").write_text("the CPU-scale study\n")
+    md = render_sweep(root, out)
+    assert (out / f"table2_homogeneous_paper{suffix.replace('-', '_')}.md").read_text() == md
+    assert all((out / f"{s}.md").read_text() == "the CPU-scale study\n"
+               for s in ("table2_homogeneous", "table2_homogeneous_query_side"))
+
+
 def test_candidate_set_rows_are_compared_with_the_baseline_of_their_own_candidate_set(tmp_path):
     """experiment=candidate_set: every objective at G=8, M=2 once with sampled groups and once with every corpus passage
     a candidate (``passages.candidates``). JointLH-corpus sits 0.02 above SingleLH-corpus on every query and level

@@ -217,8 +217,9 @@ def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results",
     experiment's config carry that experiment's title).
 
     ``name`` replaces ``report.name`` as the output stem; without it, a study run as a variant (``size.suffix``, e.g.
-    ``scale=cpu_query_side``) writes ``<report.name>_<suffix>`` so the variant never overwrites the study. Files are
-    written atomically (temporary sibling, then ``os.replace``). Runs are loaded with a progress bar (on a terminal).
+    ``scale=cpu_query_side``) writes ``<report.name>_<suffix>`` and one at paper scale
+    ``<report.name>_paper[_<suffix>]``, so neither overwrites the CPU-scale study. Files are written atomically
+    (temporary sibling, then ``os.replace``). Runs are loaded with a progress bar (on a terminal).
     ``wandb_project``: also log the table as a ``wandb.Table`` and the figure to a W&B run of that project, grouped by
     the study (:func:`multipos.training.loggers.log_report`; offline under ``<sweep_dir>/wandb`` without a network).
     Returns the Markdown text. Raises ``FileNotFoundError`` when the sweep
@@ -235,8 +236,11 @@ def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results",
     if title is not None:
         spec["title"] = title
     # a variant of a study (scale=cpu_query_side: size.suffix "-query_side") renders beside the study's own
-    # files, never over them: table2_homogeneous_query_side.md next to table2_homogeneous.md
+    # files, never over them: table2_homogeneous_query_side.md next to table2_homogeneous.md; so does the study at
+    # paper scale (size.name paper...): table2_homogeneous_paper.md, table2_homogeneous_paper_query_side.md
     suffix = str(config_node(complete[0], "size.suffix") or "").strip("-")
+    if str(config_node(complete[0], "size.name") or "").startswith("paper"):
+        suffix = "_".join(filter(None, ("paper", suffix)))
     if suffix:
         spec["title"] = f"{spec['title']} ({suffix.replace('_', '-')})" if spec["title"] else None
     stem = name or str(spec["name"]) + (f"_{suffix}" if suffix else "")
