@@ -11,7 +11,7 @@ resolves a run's saved config (:func:`multipos.report.runs.config_node`) and by 
 :mod:`multipos.hardware`;
 ``${sweep_dir:…}`` → :func:`sweep_dir`; ``${optuna_storage:…}`` → :func:`optuna_storage`;
 ``${optuna_seed:…}`` → :func:`optuna_seed`; ``${beir_sets:<paths>,<split>,<metrics>}`` → one eval-set config
-per BEIR folder (conf/eval/beir.yaml).
+per BEIR folder (conf/eval/beir.yaml); ``${if_homogeneous:${stages},<a>,<b>}`` → :func:`if_homogeneous`.
 """
 
 import hashlib
@@ -29,7 +29,7 @@ from multipos.hardware import (
     threads_per_job,
 )
 
-__all__ = ["register_resolvers", "register_eval_sets", "sweep_dir", "optuna_storage", "optuna_seed"]
+__all__ = ["register_resolvers", "register_eval_sets", "sweep_dir", "optuna_storage", "optuna_seed", "if_homogeneous"]
 
 
 def _beir_sets(paths, split="test", metrics=("ndcg@10",)):
@@ -102,6 +102,14 @@ def _basename(*paths) -> str:
     return (parts[-2] if len(parts) > 1 and parts[-1] == "model" else parts[-1]) if parts else ""
 
 
+def if_homogeneous(stages, when_homogeneous, otherwise):
+    """``when_homogeneous`` if every stage of the plan (the ``stages`` node, conf/regime) trains on silver positives only
+    (regime ``homogeneous``), else ``otherwise``: scale=paper's data (conf/data/msmarco.yaml) reads the LLM-only file
+    for Table 2 and the human-first one for every regime that needs gold positives."""
+    regimes = [stage.get("regime") for stage in (stages or {}).values()]
+    return when_homogeneous if regimes and all(r == "homogeneous" for r in regimes) else otherwise
+
+
 def register_resolvers() -> None:
     """Register every resolver the configs use (idempotent: ``replace=True``)."""
     OmegaConf.register_new_resolver("basename", _basename, replace=True)
@@ -116,6 +124,7 @@ def register_resolvers() -> None:
     OmegaConf.register_new_resolver("optuna_storage", optuna_storage, replace=True)
     OmegaConf.register_new_resolver("optuna_seed", optuna_seed, replace=True)
     OmegaConf.register_new_resolver("beir_sets", _beir_sets, replace=True)
+    OmegaConf.register_new_resolver("if_homogeneous", if_homogeneous, replace=True)
 
 
 def register_eval_sets(conf_dir: str | Path) -> list[str]:

@@ -235,3 +235,13 @@ def test_a_malformed_line_names_the_archive_member_and_line_and_leaves_nothing(e
         from multipos.assets.download import fetch_source
 
         fetch_source(reg.REGISTRY["fiqa"].sources[0], env / "cache" / "downloads")
+
+
+def test_paper_scale_data_follows_the_regime():
+    from tests.helpers import compose_cfg
+
+    for study, path, gold in (("table2_homogeneous", "homogeneous.jsonl", 0),
+                              ("table4_heterogeneous", "heterogeneous.jsonl", 1),
+                              ("table5_curriculum", "heterogeneous.jsonl", 1)):
+        source = compose_cfg("train", [f"experiment={study}", "scale=paper"]).data.source
+        assert (source.path, source.gold_positives) == (f"msmarco-multipos/{path}", gold), study
