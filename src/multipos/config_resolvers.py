@@ -103,9 +103,9 @@ def _basename(*paths) -> str:
 
 
 def if_homogeneous(stages, when_homogeneous, otherwise):
-    """``when_homogeneous`` if every stage of the plan (the ``stages`` node, conf/regime) trains on silver positives only
-    (regime ``homogeneous``), else ``otherwise``: scale=paper's data (conf/data/msmarco.yaml) reads the LLM-only file
-    for Table 2 and the human-first one for every regime that needs gold positives."""
+    """``when_homogeneous`` if every stage of the plan (the ``stages`` node, conf/regime) trains on silver positives
+    only (regime ``homogeneous``), else ``otherwise``: scale=paper's data (conf/data/msmarco.yaml) reads the LLM-only
+    file for Table 2 and the human-first one for every regime that needs gold positives."""
     regimes = [stage.get("regime") for stage in (stages or {}).values()]
     return when_homogeneous if regimes and all(r == "homogeneous" for r in regimes) else otherwise
 
