@@ -20,6 +20,8 @@ os.environ.setdefault("WANDB_MODE", "offline")
 # Tests never touch the user's cache of mined negatives and embeddings.
 os.environ["MULTIPOS_CACHE"] = tempfile.mkdtemp(prefix="multipos-test-cache-")
 
+from tests.helpers import TOPICS  # noqa: E402  (after the environment above: it imports the project)
+
 
 def _share_the_cores_between_workers() -> None:
     """Under pytest-xdist with N workers, each worker (and each process its tests start, through OMP_NUM_THREADS)
@@ -39,13 +41,6 @@ def _share_the_cores_between_workers() -> None:
 _share_the_cores_between_workers()
 
 REPO = Path(__file__).resolve().parents[1]
-TOPICS = {
-    "heart": "cholesterol statin artery heart blood pressure cardiac",
-    "cancer": "tumor breast cancer cells chemotherapy oncology",
-    "diet": "vegetables fruit fiber diet nutrition plant",
-    "sleep": "sleep melatonin insomnia night rest circadian",
-    "bone": "calcium bone osteoporosis fracture vitamin dairy",
-}
 
 
 @pytest.fixture(autouse=True)

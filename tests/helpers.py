@@ -11,6 +11,15 @@ from multipos.config_resolvers import register_eval_sets, register_resolvers
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
+#: The words of the tiny fixtures' texts, by topic (tests/conftest.py; tests/paper_miniature.py): the tiny BERT's
+#: vocabulary covers them.
+TOPICS = {
+    "heart": "cholesterol statin artery heart blood pressure cardiac",
+    "cancer": "tumor breast cancer cells chemotherapy oncology",
+    "diet": "vegetables fruit fiber diet nutrition plant",
+    "sleep": "sleep melatonin insomnia night rest circadian",
+    "bone": "calcium bone osteoporosis fracture vitamin dairy",
+}
 
 
 def compose_cfg(config_name: str, overrides: list[str], return_hydra_config: bool = False):

@@ -27,14 +27,8 @@ from pathlib import Path
 
 from multipos.assets import registry as reg
 from multipos.assets.download import mirrored_url
+from tests.helpers import TOPICS
 
-TOPICS = {
-    "heart": "cholesterol statin artery heart blood pressure cardiac",
-    "cancer": "tumor breast cancer cells chemotherapy oncology",
-    "diet": "vegetables fruit fiber diet nutrition plant",
-    "sleep": "sleep melatonin insomnia night rest circadian",
-    "bone": "calcium bone osteoporosis fracture vitamin dairy",
-}
 PER_TOPIC = 8  # passages of each topic in the MS MARCO collection: ids topic * 8 + k
 
 

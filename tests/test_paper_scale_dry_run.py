@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from multipos.report.render import render_sweep
 from tests.assets.fake_hub import FakeHub
 from tests.assets.http_mirror import LocalServers
 from tests.paper_miniature import PER_TOPIC, TOPICS, msmarco_members, publish_evaluation_sets
@@ -81,11 +82,11 @@ eval:
     (folder / "eval" / "paper_dryrun_out_of_domain.yaml").write_text("defaults:\n  - paper_out_of_domain\n")
 
 
-def _run(args: list[str], cwd: Path, env: dict, pins: Path | None) -> str:
-    """Run ``python [-m tests.paper_miniature PINS] ARGS`` in ``cwd``: with ``pins``, the registry of the child is
-    pinned to the miniatures' hashes first."""
-    pinned = ["-m", "tests.paper_miniature", str(pins)] if pins else []
-    p = subprocess.run([sys.executable, *pinned, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+def _run(args: list[str], cwd: Path, env: dict, pins: Path) -> str:
+    """Run ``python -m tests.paper_miniature PINS ARGS`` in ``cwd``: the child's registry is pinned to the
+    miniatures' hashes, then it runs the script of ARGS."""
+    p = subprocess.run([sys.executable, "-m", "tests.paper_miniature", str(pins), *args], cwd=cwd, env=env,
+                       capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-6000:]
     return p.stdout + p.stderr
 
@@ -115,9 +116,9 @@ def test_the_paper_setting_runs_end_to_end_from_published_layouts(tiny_bert, tmp
         cell = tmp_path / "multirun" / "table4_heterogeneous-paper" / "loss=jointlh,seed=42"
         _run([str(REPO / "evaluate.py"), "size=paper_dryrun", search, "eval=nq_test", f"init_from='{cell / 'model'}'",
               f"paths.output_dir={tmp_path / 'nq'}"], tmp_path, env, pins)
-        out = tmp_path / "results"
-        for study in ("table4_heterogeneous", "table2_homogeneous", "table3_ood"):
-            _run(["-m", "multipos.report.render", f"multirun/{study}-paper", "--out", str(out)], tmp_path, env, None)
+    out = tmp_path / "results"
+    for study in ("table4_heterogeneous", "table2_homogeneous", "table3_ood"):  # python -m multipos.report.render
+        render_sweep(tmp_path / "multirun" / f"{study}-paper", out)
 
     built = tmp_path / "assets" / "data"
     prepared = json.loads((tmp_path / "cache" / "assets" / "data" / "msmarco-multipos" / "prepared.json").read_text()) \
