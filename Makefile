@@ -30,7 +30,8 @@ $(STAMP): pyproject.toml
 ## NFCorpus, three seeds into multirun/default-cpu (a re-run skips finished seeds), then the summary (test nDCG@10
 ## mean ± sd, paired t-tests vs the zero-shot start and BM25). It first prints its plan and expected wall time, then
 ## prepares the first seed on every core (prepare_only=true: corpora encoded, training data and reference rows
-## cached), then trains the seeds side by side, one core's share each (parallel_jobs=2; PARALLEL= one after another).
+## cached), then trains the seeds side by side, one core's share each (parallel_jobs = the number of seeds, 3 by
+## default; PARALLEL= one after another).
 ## One seed: make train SEEDS=42. Two-tower: make train EXPERIMENT=two_tower PARALLEL= (docs/two-tower.md).
 ## Your own data: make train DATA=<BEIR folder | Tevatron .jsonl> [BUDGET=<minutes of recipe search>] (docs/own-data.md).
 EXPERIMENT ?= default

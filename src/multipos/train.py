@@ -106,6 +106,9 @@ class TrainingJob:
                              "(homogeneous | heterogeneous | gold | all | curriculum; conf/regime)")
         init_from = model_folder(cfg.get("init_from"))  # a missing folder fails before anything is written
         stages = plan(cfg.stages)
+        from multipos.data.sources import check_regime_keeps_positives
+
+        check_regime_keeps_positives(cfg.data.source, cfg.stages, where=f"data={cfg.data.get('name')}")
         passages = cfg.get("passages")
         check_passages(passages)
         out = Path(cfg.paths.output_dir)

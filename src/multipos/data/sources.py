@@ -32,7 +32,7 @@ from multipos.data.label_noise import LabelNoise
 from multipos.formats.beir import check_qrels_ids, check_query_texts, read_corpus, read_queries
 from multipos.formats.tevatron import TEVATRON_SCHEMA, load_tevatron_hf, read_tevatron
 from multipos.formats.trec import read_qrels
-from multipos.formats.types import Corpus, DataFormatError
+from multipos.formats.types import REGIME_RULES, Corpus, DataFormatError, regimes_without_positives
 from multipos.mining.negative_filter import NegativeFilter
 from multipos.mining.teacher_model import TeacherModel
 from multipos.mining.teacher_scores import TeacherScores
@@ -443,4 +443,34 @@ class TevatronSource:
                 self.filter_counts = _filter_pools(self.negative_filter, self.negative_model, self.negative_encoder,
                                                    corpus, queries)
         return corpus, queries
+
+
+def check_regime_keeps_positives(source, stages, where: str = "data.source") -> None:
+    """Stop before anything runs when the stage plan's regime cannot keep a positive of ``source``'s data, as far as
+    its settings tell without reading it: a Tevatron file with ``gold_positives: 0`` (every positive silver) under a
+    regime of gold positives, or BEIR qrels whose ``gold_grade`` is not above ``silver_grade`` (no silver tier)
+    under ``homogeneous``.
+
+    Args:
+        source: the ``data.source`` config node (``_target_`` and settings).
+        stages: the ``stages`` node (conf/regime): each stage's ``regime``.
+        where: what the message names first (the command or file).
+
+    Raises:
+        ValueError: naming the regime, the setting that empties it and the fix.
+    """
+    target = str(source.get("_target_", ""))
+    regimes = [stage.get("regime") for stage in (stages or {}).values()]
+    gold = silver = None
+    if target.endswith("TevatronSource") and not source.get("gold_positives"):
+        gold, fix = 0, ("regime=homogeneous (or all), or data.source.gold_positives=1 where each line's first positive "
+                        "is the human one")
+    elif target.endswith("BeirGradedSource") and int(source.get("gold_grade", 2)) <= int(source.get("silver_grade", 1)):
+        silver, fix = 0, ("regime=all or heterogeneous, or a data.source.gold_grade above data.source.silver_grade "
+                          "(graded qrels)")
+    empty = regimes_without_positives(regimes, gold, silver)
+    if empty:
+        tier = "gold" if gold == 0 else "silver"
+        raise ValueError(f"{where}: regime {empty[0]} keeps no training query: every positive of data.source is "
+                         f"{'silver' if tier == 'gold' else 'gold'} ({REGIME_RULES[empty[0]]}). Use {fix}.")
 

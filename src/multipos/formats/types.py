@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 __all__ = ["Qrels", "Run", "DataFormatError", "Passage", "Corpus", "BeirDataset", "iter_lines", "iter_jsonl",
-           "get_field", "REGIMES", "REGIME_RULES", "TrainQuery", "unjudged_negatives"]
+           "get_field", "REGIMES", "REGIME_RULES", "REGIME_TIERS", "regimes_without_positives", "TrainQuery",
+           "unjudged_negatives"]
 
 Qrels = dict[str, dict[str, int]]  # query id → {passage id → grade}
 
@@ -136,6 +137,16 @@ REGIME_RULES = {
     "gold": "gold keeps gold positives only",
     "all": "all keeps every positive, gold first",
 }
+#: The tiers of positives each regime trains on: it keeps no query when the data hold none of them.
+REGIME_TIERS = {"homogeneous": ("silver",), "heterogeneous": ("gold",), "gold": ("gold",), "all": ("gold", "silver")}
+
+
+def regimes_without_positives(regimes, gold: int | None, silver: int | None) -> list[str]:
+    """The regimes among ``regimes`` that keep no positive when the training data hold ``gold`` gold and ``silver``
+    silver positive labels (None: not known, taken as some): e.g. ``homogeneous`` on data whose every positive is
+    gold (:data:`REGIME_TIERS`)."""
+    have = {"gold": gold is None or gold > 0, "silver": silver is None or silver > 0}
+    return [r for r in dict.fromkeys(regimes) if r in REGIME_TIERS and not any(have[t] for t in REGIME_TIERS[r])]
 
 
 @dataclass

@@ -53,6 +53,20 @@ def _train(overrides: list[str], out: Path) -> dict:
     return train(cfg)
 
 
+def _regime_problem(overrides: list[str], gold: int, silver: int) -> str | None:
+    """Why the stage plan that ``overrides`` compose keeps no training positive of the prepared data (``gold`` and
+    ``silver`` labels), or None (:func:`multipos.formats.types.regimes_without_positives`)."""
+    from multipos.formats.types import REGIME_RULES, regimes_without_positives
+
+    stages = _compose(["experiment=own_data", *overrides]).stages
+    empty = regimes_without_positives([stage.get("regime") for stage in stages.values()], gold, silver)
+    if not empty:
+        return None
+    return (f"regime {empty[0]} keeps no training positive: the prepared data hold {gold} gold and {silver} silver "
+            f"positive labels, and {REGIME_RULES[empty[0]]}. Leave the regime at its default (all), or give the tiers "
+            "with --gold-grades / --silver-grades (BEIR qrels) or --gold-positives (Tevatron)")
+
+
 def _estimate(prepared, budget_min: float, seeds: int, bf16: bool) -> str:
     """A rough wall-time estimate from the data's size (basis printed with it): encoding at about 7,000 (fp32) or
     17,000 (bf16) tokens a second on 2 cores (all-MiniLM-L6-v2, ../shared/MACHINE-NOTES.md), then a query-side
@@ -106,6 +120,15 @@ def main(argv: list[str] | None = None) -> int:
     for note in prepared.notes:
         print(f"  {note}")
     overrides = [*prepared.overrides(), f"model.name_or_path='{args.model}'", *args.overrides]
+    problem = _regime_problem(overrides, c["gold_labels"], c["silver_labels"])
+    if problem:
+        print(f"{prepared.source}: {problem}", file=sys.stderr)
+        return 2
+    if c["gold_labels"] and c["silver_labels"] and args.command == "run" and args.budget_min > 0:
+        print("  recipe search: the paper's five objectives; jointlh_weighted (grade-weighted soft targets) is not "
+              "searched: on NFCorpus it helps at the main recipe but not with groups of G=8, and it needs a weight "
+              "per grade (docs/objectives.md); try it with loss=jointlh_weighted 'data.source.grade_weights={2: 1.0, "
+              "1: 0.5}'")
     if args.command == "prepare":
         print("train one seed with:\n  python train.py experiment=own_data " + " ".join(overrides))
         return 0
