@@ -117,7 +117,8 @@ class EvaluationJob:
             results = score_run_file(self.run_file, evaluation.sets, out)
             refs = evaluation.reference_rows(sets=evaluation.sets) if evaluation.references else {}
             return self._finish(out, results, refs, [])
-        run = open_run(self.spec, self.folder, [], device=device_description() + threads, started=started)
+        run = open_run(self.spec, self.folder, [], device=device_description() + threads, started=started,
+                       precision={"encoding": "bf16" if evaluation.retrieval.get("bf16") else "fp32"})
         if run.done:  # finished here before
             return run.metrics
         model = self.load_model()  # checkpoint errors before anything is written

@@ -3,7 +3,7 @@ them exactly, writing one TREC run (the job behind :mod:`multipos.retrieval.shar
 
 Run it under ``torchrun`` for several processes (one per GPU with nccl, or CPU processes with gloo)::
 
-    torchrun --nproc_per_node=8 -m multipos.shard_job --model outputs/<run>/model --data msmarco \\
+    torchrun --nproc_per_node=8 -m multipos.shard_job --model outputs/<run>/model --data msmarco-passage \\
         --split dev --out shards/msmarco --num-shards 8 --k 1000
     python evaluate.py eval=msmarco_dev run_file=shards/msmarco/run.dev.trec
 

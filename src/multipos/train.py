@@ -144,7 +144,10 @@ class TrainingJob:
         out, zero, start = self.folder.out, self.folder.writer, time.time()
         threads = set_torch_threads(self.threads)
         return_freed_memory(self.return_freed_memory)  # a memory setting (threads: a speed one)
-        run = open_run(self.spec, self.folder, self.stages, device=device_description() + threads, started=start)
+        precision = {"training": str(self.fit.trainer.get("precision")),
+                     "encoding": "bf16" if self.evaluation.retrieval.get("bf16") else "fp32"}
+        run = open_run(self.spec, self.folder, self.stages, device=device_description() + threads, started=start,
+                       precision=precision)
         if run.done:  # finished here before, or copied from an equivalent run
             return run.metrics
         L.seed_everything(self.seed, workers=True)

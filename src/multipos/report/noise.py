@@ -23,7 +23,9 @@ from pathlib import Path
 
 from multipos import atomic
 from multipos.report.runs import load_run
+from multipos.report.setting import check_one_setting
 from multipos.runs.find import sweep_runs
+from multipos.runs.folder import read_run_info
 
 __all__ = ["noise_points", "noise_slopes", "slope_differences", "format_slopes", "noise_figure", "main"]
 
@@ -42,14 +44,21 @@ def _has(run, key: str) -> bool:
     return True
 
 
-def noise_points(sweep_dirs: Sequence[str | Path], eval_set: str, metric: str) -> dict[tuple[str, str], list]:
+def noise_points(sweep_dirs: Sequence[str | Path], eval_set: str, metric: str,
+                 allow_mixed_settings: bool = False) -> dict[tuple[str, str], list]:
     """{(objective, kind) → [(ρ, score), ...]} of the finished runs of ``sweep_dirs``; a noise-free run is a point
-    at ρ = 0 of every kind that the sweeps hold. Raises FileNotFoundError when they hold no finished run."""
-    runs = []
+    at ρ = 0 of every kind that the sweeps hold. Raises FileNotFoundError when they hold no finished run, and
+    :class:`multipos.report.setting.MixedSettingsError` when the runs were made in several settings (device kinds,
+    precisions) unless ``allow_mixed_settings``: a slope through points of two machines fits their offset too."""
+    runs, dirs = [], []
     for d in sweep_dirs:
-        runs += [load_run(r, require_per_query=False) for r in sweep_runs(d)[0]]
+        found = sweep_runs(d)[0]
+        dirs += found
+        runs += [load_run(r, require_per_query=False) for r in found]
     if not runs:
         raise FileNotFoundError(f"{', '.join(map(str, sweep_dirs))}: no finished run")
+    check_one_setting([(f"{Path(r).parent.name}/{Path(r).name}", read_run_info(r), r) for r in dirs],
+                      "the label-noise points", allow_mixed_settings)
     clean, noisy = defaultdict(list), defaultdict(list)
     for run in runs:
         rate, kind = _noise(run)
@@ -185,8 +194,10 @@ def main(argv: Sequence[str] | None = None) -> str:
     ap.add_argument("--reference", default="singlelh", help="the objective whose slope the others are compared with")
     ap.add_argument("--out", default=None, help="also write the tables to this file")
     ap.add_argument("--plot", default=None, help="also draw score against ρ to this PNG file")
+    ap.add_argument("--allow-mixed-settings", action="store_true",
+                    help="fit points made in several settings (device kinds, precisions); default: refuse")
     args = ap.parse_args(argv)
-    points = {m: noise_points(args.sweep_dirs, args.set, m) for m in args.metrics}
+    points = {m: noise_points(args.sweep_dirs, args.set, m, args.allow_mixed_settings) for m in args.metrics}
     tables = []
     for metric, pts in points.items():
         rows = noise_slopes(pts)

@@ -36,6 +36,7 @@ from multipos import atomic
 from multipos.report.plots import PLOT_METRICS, ratio_ablation_figure, sweep_figure
 from multipos.report.runs import RunResult, config_node, load_run, override_map
 from multipos.report.seeds import config_difference, group_seeds, sort_seeds
+from multipos.report.setting import check_one_setting
 from multipos.report.significance import DEFAULT_BASELINES, is_baseline_row
 from multipos.report.tables import PER_RUN_KEYS, metric_label, parse_column, render_grid, render_table, row_label
 from multipos.runs.find import sweep_runs
@@ -205,8 +206,12 @@ def best_per_value(values: Sequence[float], overrides: Sequence[Mapping[str, str
 
 def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results", name: str | None = None,
                  wandb_project: str | None = None, baselines: Sequence[str | None] | None = None,
-                 title: str | None = None) -> str:
+                 title: str | None = None, allow_mixed_settings: bool = False) -> str:
     """Render the study in ``sweep_dir`` to ``<out>/<name>.md`` and ``.tex`` (and ``.png`` with a plot).
+
+    The runs must share one setting, device kind and precision (:func:`multipos.report.setting.check_one_setting`):
+    otherwise ``MixedSettingsError`` names each setting's runs, unless ``allow_mixed_settings``, which renders them
+    together with a note under the table that says so.
 
     ``baselines`` (at most two: the ``+``/``-`` one, then the ``♣``/``♦`` one) replaces ``report.baselines`` and
     the default (SingleLH, Rand1LH): objective names or controls ``"<key>=<value>"``, e.g.
@@ -248,12 +253,16 @@ def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results",
                unit="run", disable=None, leave=False)
     runs = [load_run(d, require_per_query=False) for d in bar]
     infos = [read_run_info(d) for d in complete]
+    mixed = check_one_setting([(str(d.relative_to(sweep)), i, d) for d, i in zip(complete, infos)], f"`{sweep.name}`",
+                              allow_mixed_settings)
     if spec["kind"] == "trials":
         md, tex, notes = _trials(spec, runs, infos, complete[0])
     else:
         md, tex, notes = _table(spec, runs, sweep, baselines)
     if spec["notes"]:
         notes.insert(0, str(spec["notes"]).strip())
+    if mixed:
+        notes.insert(0, mixed)
     if incomplete:
         rel = ", ".join(f"`{d.relative_to(sweep)}`" for d in incomplete)
         warnings.warn(f"{sweep}: {len(incomplete)} incomplete run dir(s) (no metrics.json) left out: {rel}",
@@ -298,10 +307,13 @@ def main(argv: Sequence[str] | None = None) -> str:
     p.add_argument("--baselines", nargs="+", metavar="BASELINE",
                    help="the +/- baseline and optionally the ♣/♦ one: objective names or controls KEY=VALUE, e.g. "
                         "negative_filter=none (default: report.baselines of the runs' config, else singlelh rand1lh)")
+    p.add_argument("--allow-mixed-settings", action="store_true",
+                   help="render runs of several device kinds or precisions together, with a note saying so (default: "
+                        "refuse, naming each setting's runs)")
     args = p.parse_args(argv)
     try:
         md = render_sweep(args.sweep_dir, args.out, args.name, wandb_project=args.wandb, baselines=args.baselines,
-                          title=args.title)
+                          title=args.title, allow_mixed_settings=args.allow_mixed_settings)
     except (FileNotFoundError, ValueError) as exc:
         p.exit(2, f"{p.prog}: error: {exc}\n")
     print(md, end="")

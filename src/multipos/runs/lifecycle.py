@@ -41,14 +41,16 @@ def write_spec(out: Path, spec: dict) -> None:
     atomic.write_json(Path(out) / SPEC_FILE, spec)
 
 
-def open_run(spec: RunSpec, folder: RunFolder, stages: list, device: str, started: float) -> RunStart:
+def open_run(spec: RunSpec, folder: RunFolder, stages: list, device: str, started: float,
+             precision: dict | None = None) -> RunStart:
     """Decide what a run directory needs before anything trains: skip a finished run, copy an equivalent one, or
     train (fresh or resumed).
 
     ``spec``: what the run computes; its key guards the folder and its equivalence key finds runs to copy.
     ``folder``: the run folder and how it is treated; ``stages``: the :class:`multipos.training.stages.Stage` plan;
     ``device``: the run's device description; ``started``: ``time.time()`` when the job started (the wall time of a
-    copied run).
+    copied run); ``precision``: ``{"training": <Lightning precision>, "encoding": "bf16" | "fp32"}``, recorded so
+    that a table compares runs of one setting only (:mod:`multipos.report.setting`).
     Raises ValueError (from :func:`multipos.runs.folder.prepare_run_dir`) when ``out`` holds a run of another
     configuration.
     """
@@ -58,7 +60,7 @@ def open_run(spec: RunSpec, folder: RunFolder, stages: list, device: str, starte
     info = {"status": "running", "run_key": digest, "equivalence_key": key, "spec_version": SPEC_VERSION,
             "experiment": folder.experiment, "seed": None if spec.seed is None else int(spec.seed), "device": device,
             "wall_s": float(previous.get("wall_s", 0.0)), "stages": [s.describe() for s in stages],
-            "resumed": bool(previous)}
+            "resumed": bool(previous), **({"precision": precision} if precision else {})}
     if finished:  # skipped: its index entry is written again (runs from before the key existed get theirs here)
         log.info("%s: finished run with this configuration, skipped (resume=false trains it again)", out)
         if writer and previous.get("equivalence_key") != key:
