@@ -60,7 +60,7 @@ def _table_cell(path: Path, row: str, column: str) -> str:
 
 
 def _cell_markers(cell: str) -> str:
-    """The significance markers right after a cell's value (``**0.3609**+♣ ± 0.0058`` → ``+♣``; ``-0.0199*`` → ``*``)."""
+    """The significance markers after a cell's value (``**0.3609**+♣ ± 0.0058`` → ``+♣``; ``-0.0199*`` → ``*``)."""
     m = re.match(r"^(?:\*\*|<u>)?([+-]?[\d.]+)(?:\*\*|</u>)?([+\-♣♦*]*)", cell)
     assert m, f"no value in cell {cell!r}"
     return m.group(2)
