@@ -8,9 +8,11 @@ fp32 in both, ``size.query_side_precision``), two runs side by side. It then com
 nDCG@10 across the two precisions, and each against the same cell (objective, seed) of the archived Table 2
 query-side sweep ``experiments/sweeps/cpu-query_side-table2-table8-figure-2026-11-26.tar.xz`` (trained on an AMD
 EPYC, bf16 encoding), whose CPU and precision it reads from the runs. Appends one JSON line to
-``bench/results/drift.jsonl``: per cell the three values, and the largest and mean absolute differences.
+``bench/results/drift.jsonl``: per cell the three values, and the largest and mean absolute differences; then
+writes the newest record as a table to ``bench/results/drift.md`` (``--table`` does only that).
 
     python bench/bench_precision_drift.py [--objectives singlelh,jointlh,lsepair] [--seeds 42,43] [--out multirun/drift]
+    python bench/bench_precision_drift.py --table
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results" / "drift.jsonl"
+TABLE = RESULTS.with_suffix(".md")
 ARCHIVE = ROOT / "experiments" / "sweeps" / "cpu-query_side-table2-table8-figure-2026-11-26.tar.xz"
 SET, METRIC = "nfcorpus_test", "ndcg@10"
 
@@ -66,12 +69,36 @@ def archived(names: set[str]) -> dict[str, dict]:
         return cells(Path(tmp) / "table2_homogeneous-cpu-query_side")
 
 
+def write_table(record: dict) -> str:
+    """``bench/results/drift.md``: the record's cells and the differences, four decimals."""
+    f = "{:.4f}".format
+    lines = [f"Table: NFCorpus test nDCG@10 of Table 2 query-side cells, {record['time']}, trained on "
+             f"{record['device']} (training fp32; frozen index and evaluation encoded in fp32 or bf16) and, archived, "
+             f"on {record['cells'][0]['archived_device']} ({record['cells'][0]['archived_encoding']} encoding)", "",
+             "| cell | fp32 | bf16 | archived | bf16 − fp32 | bf16 − archived |", "|:---|---:|---:|---:|---:|---:|"]
+    for c in record["cells"]:
+        lines.append(f"| {c['cell']} | {f(c['fp32'])} | {f(c['bf16'])} | {f(c['archived'])} | "
+                     f"{c['bf16'] - c['fp32']:+.4f} | {c['bf16'] - c['archived']:+.4f} |")
+    lines += ["", f"Largest absolute difference: between precisions {f(record['precision_max_abs'])} (mean "
+              f"{f(record['precision_mean_abs'])}); between CPUs {f(record['cpu_max_abs'])} (mean "
+              f"{f(record['cpu_mean_abs'])}). Written by `python bench/bench_precision_drift.py` from the newest "
+              "record of drift.jsonl."]
+    text = "\n".join(lines) + "\n"
+    TABLE.write_text(text, encoding="utf-8")
+    return text
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--objectives", default="singlelh,jointlh,lsepair")
     ap.add_argument("--seeds", default="42,43")
     ap.add_argument("--out", type=Path, default=ROOT / "multirun" / "drift")
+    ap.add_argument("--table", action="store_true", help="only write drift.md from the newest record")
     args = ap.parse_args(argv)
+    if args.table:
+        record = json.loads(RESULTS.read_text(encoding="utf-8").splitlines()[-1])
+        print(write_table(record))
+        return record
     walls = {p: train(args.objectives, args.seeds, args.out / p, p == "bf16") for p in ("fp32", "bf16")}
     fp32, bf16 = cells(args.out / "fp32"), cells(args.out / "bf16")
     other = archived(set(fp32))
@@ -95,7 +122,7 @@ def main(argv=None) -> dict:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     with open(RESULTS, "a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
-    print(json.dumps(record, indent=1))
+    print(write_table(record))
     return record
 
 

@@ -23,6 +23,10 @@ def test_a_runs_setting_is_its_device_kind_and_precisions(tmp_path):
                                    "/w/.cache/embeddings/0704dd04868439df-a20320b697d3e108-256-bf16.npy\n")
     assert run_setting({"device": "CPU AMD EPYC, 2 cores"}, old) == ("CPU AMD EPYC, 2 cores", "not recorded", "bf16")
     assert run_setting({}) == ("not recorded", "not recorded", "not recorded")
+    exported = tmp_path / "exported"  # experiments/runs/: spec.json, no train.log
+    exported.mkdir()
+    (exported / "spec.json").write_text('{"evaluation": {"bf16": false, "k": 1000}}')
+    assert run_setting({"device": "CPU AMD EPYC, 2 cores"}, exported)[2] == "fp32"
 
 
 def test_runs_of_two_settings_are_refused_naming_both_or_noted_when_allowed():

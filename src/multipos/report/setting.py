@@ -8,12 +8,13 @@ them (then the table says so under it).
 
 A run's setting comes from its ``run_info.json``: ``device`` without its thread count ("CPU AMD EPYC, 2 cores"), and
 ``precision`` (training, encoding) as recorded by runs since 2026-12-02; for older runs the encoding precision is read
-from ``train.log`` (the embedding cache name and encoder lines say ``bf16`` or ``fp32``) and the training precision is
-"not recorded".
+from ``spec.json`` (``evaluation.bf16``) or ``train.log`` (the embedding cache name and encoder lines say ``bf16`` or
+``fp32``) and the training precision is "not recorded".
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -29,6 +30,15 @@ class MixedSettingsError(ValueError):
 
 
 def _logged_encoding(run_dir: Path) -> str | None:
+    """The encoding precision an older run used: its ``spec.json`` (``evaluation.bf16``), else its ``train.log``."""
+    spec = run_dir / "spec.json"
+    if spec.is_file():
+        try:
+            bf16 = json.loads(spec.read_text(encoding="utf-8")).get("evaluation", {}).get("bf16")
+        except (ValueError, AttributeError):
+            bf16 = None
+        if isinstance(bf16, bool):
+            return "bf16" if bf16 else "fp32"
     log = run_dir / "train.log"
     if not log.is_file():
         return None
