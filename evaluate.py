@@ -14,8 +14,8 @@ register_eval_sets(Path(__file__).parent / "conf")  # eval=<set>: one set of con
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
 def main(cfg: DictConfig) -> None:
+    from multipos.assets import stop_on_missing_asset
     from multipos.evaluate import evaluate
-    from multipos.train import stop_on_missing_asset
 
     with stop_on_missing_asset():  # a missing dataset or model: its message and exit status 1, no traceback
         evaluate(cfg)

@@ -27,7 +27,8 @@ def with_default_experiment(argv: list[str]) -> list[str]:
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    from multipos.train import optimized_value, stop_on_missing_asset, train
+    from multipos.assets import stop_on_missing_asset
+    from multipos.train import optimized_value, train
 
     with stop_on_missing_asset():  # a missing dataset or model: its message and exit status 1, no traceback
         return optimized_value(train(cfg), cfg.get("optimized_metric"))

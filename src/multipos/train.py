@@ -33,11 +33,8 @@ computed copies that run's results instead of training (:mod:`multipos.runs.reus
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +43,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from multipos import atomic
-from multipos.assets import AssetNotFoundError, cache_dir
+from multipos.assets import cache_dir
 from multipos.evaluation.runner import Evaluation
 from multipos.hardware import return_freed_memory, set_torch_threads
 from multipos.model.interpolation import interpolate_toward_start
@@ -226,24 +223,6 @@ def train(cfg: DictConfig) -> dict | None:
     Raises: ValueError / DataFormatError for invalid configuration or data, before anything is written.
     """
     return TrainingJob.setup(cfg).run()
-
-
-@contextlib.contextmanager
-def stop_on_missing_asset() -> Iterator[None]:
-    """Around a Hydra entry point (``train.py``, ``evaluate.py``): a dataset or model that neither the assets folder,
-    the cache nor its public sources could provide (:class:`multipos.assets.AssetNotFoundError`, also when Hydra's
-    ``instantiate`` wrapped it) stops the job with its one-paragraph message on stderr and exit status 1, without a
-    traceback: the message names the asset, where it was looked for and the command that builds it."""
-    try:
-        yield
-    except Exception as e:  # noqa: BLE001 (re-raised unless an AssetNotFoundError is behind it)
-        cause: BaseException | None = e
-        while cause is not None and not isinstance(cause, AssetNotFoundError):
-            cause = cause.__cause__ or cause.__context__
-        if cause is None:
-            raise
-        print(f"\n{cause}\n", file=sys.stderr)
-        raise SystemExit(1) from None
 
 
 def optimized_value(results: dict, key: str | None) -> float | None:

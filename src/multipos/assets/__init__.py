@@ -11,11 +11,14 @@ place tried.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import sys
 import urllib.request
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from multipos.formats.types import DataFormatError
@@ -38,6 +41,24 @@ ENCODER_SETTINGS_FILE = "multipos_encoder.json"
 
 class AssetNotFoundError(FileNotFoundError):
     """Neither the assets folder nor the public source could provide an asset."""
+
+
+@contextlib.contextmanager
+def stop_on_missing_asset() -> Iterator[None]:
+    """Around a Hydra entry point (``train.py``, ``evaluate.py``): a dataset or model that neither the assets folder,
+    the cache nor its public sources could provide (:class:`multipos.assets.AssetNotFoundError`, also when Hydra's
+    ``instantiate`` wrapped it) stops the job with its one-paragraph message on stderr and exit status 1, without a
+    traceback: the message names the asset, where it was looked for and the command that builds it."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 (re-raised unless an AssetNotFoundError is behind it)
+        cause: BaseException | None = e
+        while cause is not None and not isinstance(cause, AssetNotFoundError):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            raise
+        print(f"\n{cause}\n", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 def assets_dir() -> Path:

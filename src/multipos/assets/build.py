@@ -21,10 +21,12 @@ from pathlib import Path
 from multipos.assets.download import fetch_source
 from multipos.assets.registry import Asset, get
 from multipos.assets.training_data import build_training_data
+from multipos.formats.types import DataFormatError
 
 __all__ = ["BUILDERS", "build_asset"]
 
 log = logging.getLogger(__name__)
+_QRELS_HEADER = "query-id\tcorpus-id\tscore\n"
 
 
 def _beir_zip(asset: Asset, files: dict[str, Path], out: Path) -> None:
@@ -85,18 +87,13 @@ def _trec_dl_subcorpus(asset: Asset, files: dict[str, Path], out: Path) -> None:
     for folder, rows in (("qrels-official", judgments), ("qrels", [j for j in judgments if j[1] in corpus])):
         (out / folder).mkdir()
         with open(out / folder / "test.tsv", "w", encoding="utf-8") as f:
-            f.write("query-id\tcorpus-id\tscore\n")
+            f.write(_QRELS_HEADER)
             f.writelines(f"{q}\t{p}\t{g}\n" for q, p, g in rows)
-
-
-_QRELS_HEADER = "query-id\tcorpus-id\tscore\n"
 
 
 def _tsv_rows(stream, where: str, fields: int, sep: str | None = "\t"):
     """(line number, fields) of a text stream of ``fields``-column lines; a malformed line names ``where`` and its
     number (:class:`multipos.formats.types.DataFormatError`)."""
-    from multipos.formats.types import DataFormatError
-
     for n, line in enumerate(stream, 1):
         line = line.rstrip("\r\n")
         if not line:
@@ -142,9 +139,7 @@ def _msmarco_passage(asset: Asset, files: dict[str, Path], out: Path) -> None:
                     f.write(_QRELS_HEADER)
                     f.writelines(f"{qid}\t{pid}\t{grade}\n" for _, (qid, _, pid, grade) in _tsv_rows(stream, where, 4))
     if seen != wanted:
-        from multipos.formats.types import DataFormatError
-
-        raise DataFormatError(f"{archive}: missing {', '.join(sorted(wanted - seen))} (MS MARCO's "
+            raise DataFormatError(f"{archive}: missing {', '.join(sorted(wanted - seen))} (MS MARCO's "
                               "collectionandqueries.tar.gz holds collection.tsv, queries.*.tsv and qrels.*.tsv)")
 
 
@@ -174,9 +169,7 @@ def _trec_dl_full(asset: Asset, files: dict[str, Path], out: Path) -> None:
     judged = sorted({q for q, _, _ in judgments}, key=int)
     missing = [q for q in judged if q not in topics]
     if missing:
-        from multipos.formats.types import DataFormatError
-
-        raise DataFormatError(f"{files['qrels']}: judged queries {missing[:5]} are not in {files['queries']}")
+            raise DataFormatError(f"{files['qrels']}: judged queries {missing[:5]} are not in {files['queries']}")
     with open(out / "queries.jsonl", "w", encoding="utf-8") as f:
         f.writelines(json.dumps({"_id": q, "text": topics[q]}, ensure_ascii=False) + "\n" for q in judged)
     (out / "qrels").mkdir()

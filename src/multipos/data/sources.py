@@ -470,7 +470,7 @@ def check_regime_keeps_positives(source, stages, where: str = "data.source") -> 
                           "(graded qrels)")
     empty = regimes_without_positives(regimes, gold, silver)
     if empty:
-        tier = "gold" if gold == 0 else "silver"
+        every = "silver" if gold == 0 else "gold"
         raise ValueError(f"{where}: regime {empty[0]} keeps no training query: every positive of data.source is "
-                         f"{'silver' if tier == 'gold' else 'gold'} ({REGIME_RULES[empty[0]]}). Use {fix}.")
+                         f"{every} ({REGIME_RULES[empty[0]]}). Use {fix}.")
 
