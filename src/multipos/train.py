@@ -160,7 +160,7 @@ class TrainingJob:
         noise = getattr(datamodule.source, "label_noise", None)
         if noise is not None and zero:  # which positives were replaced, per query: the run can be audited
             atomic.write_json(out / "label_noise.json", {"rate": noise.rate, "kind": noise.kind, "seed": noise.seed,
-                                                         "queries": noise.record})
+                                                         "exclude": noise.exclude, "queries": noise.record})
         spans = schedule_spans(stages, steps)
         # query-side: freeze E_d, encode the corpus once (the embedding cache)
         index = frozen_passage_index(self.passages, model, datamodule.corpus, cache_dir())

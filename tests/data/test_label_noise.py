@@ -60,3 +60,39 @@ def test_a_noisy_run_records_its_replacements_in_the_run_folder(tiny_beir, tiny_
     assert all(len(r["replaced"]) == 3 for r in record["queries"].values())  # 6 positives each
     info = json.loads((out / "run_info.json").read_text())
     assert info["stage_records"][0]["label_noise"]["replaced"] == 15
+
+
+def test_no_false_positive_is_judged_relevant_in_any_split(tmp_path):
+    from multipos.data.label_noise import judged_in_every_split
+
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "qrels-graded").mkdir()
+    (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nt0\tc1\t1\nt0\tc2\t0\n")
+    (tmp_path / "qrels-graded" / "train.s-4.qrel").write_text("q0 0 c3 1\n")
+    texts = {"q0": "Same  Text", "t0": "same text", "q1": "other"}
+    judged = judged_in_every_split(tmp_path, texts)
+    assert judged["q0"] == {"c1", "c3"} and judged["t0"] == {"c1", "c3"} and judged["q1"] == set()
+    corpus = [f"c{k}" for k in range(1, 5)]
+    for exclude, allowed in (("every_split", {"c2", "c4"}), ("query", {"c1", "c2", "c3", "c4"})):
+        seen = set()
+        for seed in range(40):
+            q = [TrainQuery("q0", "same text", gold=["g"], silver=[], negatives=["c1", "c2", "c3", "c4"], judged={"g"})]
+            noise = LabelNoise(rate=1.0, kind="bm25", seed=seed, exclude=exclude)
+            noise.apply(q, corpus, judged)
+            seen |= set(noise.record["q0"]["false_positives"])
+        assert seen == allowed, exclude
+    with pytest.raises(ValueError, match=r"label_noise\.exclude"):
+        LabelNoise(rate=0.1, exclude="nothing")
+
+
+def test_a_rate_zero_run_has_the_spec_of_the_labels_as_published():
+    from tests.helpers import compose_cfg
+    from multipos.runs.spec import run_spec
+
+    base = ["experiment=label_noise", "loss=singlelh", "seed=42"]
+    clean = run_spec(compose_cfg("train", ["experiment=table2_homogeneous", "scale=cpu_query_side",
+                                           "loss=singlelh", "seed=42"]))
+    zero = [run_spec(compose_cfg("train", [*base, "data.source.label_noise.rate=0",
+                                           f"data.source.label_noise.kind={k}"])) for k in ("bm25", "random")]
+    noisy = run_spec(compose_cfg("train", [*base, "data.source.label_noise.rate=0.1"]))
+    assert zero[0].key() == zero[1].key() == clean.key() != noisy.key()

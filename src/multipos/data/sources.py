@@ -28,7 +28,7 @@ from pathlib import Path
 from multipos import atomic
 from multipos.assets import AssetNotFoundError, cache_dir, is_local_path, resolve_dataset
 from multipos.data.groups import TrainQuery, unjudged_negatives
-from multipos.data.label_noise import LabelNoise
+from multipos.data.label_noise import LabelNoise, judged_in_every_split
 from multipos.formats.beir import check_qrels_ids, check_query_texts, read_corpus, read_queries
 from multipos.formats.tevatron import TEVATRON_SCHEMA, load_tevatron_hf, read_tevatron
 from multipos.formats.trec import read_qrels
@@ -315,7 +315,9 @@ class BeirGradedSource:
         if self.teacher_model is not None:  # after mining: it scores each query's positives and hard negatives
             self.teacher_counts = self.teacher_model.apply(queries, corpus, cache_dir())
         if self.label_noise:  # last: the false positives take the ordered places of the positives they replace
-            self.noise_counts = self.label_noise.apply(queries, corpus.ids)
+            elsewhere = (judged_in_every_split(folder, texts)
+                         if self.label_noise.exclude == "every_split" else None)
+            self.noise_counts = self.label_noise.apply(queries, corpus.ids, elsewhere)
             log.info("label noise %s (%s): %d of %d training positives replaced by false positives",
                      self.label_noise.rate, self.label_noise.kind, self.noise_counts["replaced"],
                      self.noise_counts["positives"])

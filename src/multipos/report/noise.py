@@ -1,14 +1,15 @@
 """The label-noise study's answer in numbers: each objective's score against the noise rate ρ, and its slope.
 
 For each objective and kind of false positive (:mod:`multipos.data.label_noise`), the runs of one or more sweeps give
-points (ρ, score of one seed); runs without noise (``data.source.label_noise`` null or rate 0) count for every kind.
+points (ρ, score of one seed); runs without noise (``data.source.label_noise`` null or rate 0) count for every kind,
+once per run key (the rate-0 runs of each kind share one spec).
 The slope is the ordinary least-squares fit of score on ρ over all those points (``scipy.stats.linregress``), with a
 two-sided 95 % confidence interval from the t distribution with n − 2 degrees of freedom: the score lost per unit ρ.
 Each slope is also compared with a reference objective's slope for the same kind (default SingleLH): the difference
 with its 95 % interval (standard errors of two independent fits added in quadrature, Welch–Satterthwaite degrees of
 freedom), so "degrades less than SingleLH" is claimed only where that interval excludes 0.
 
-    python -m multipos.report.noise multirun/label_noise-cpu-query_side multirun/table2_homogeneous-cpu-query_side \\
+    python -m multipos.report.noise multirun/label_noise-cpu-query_side \\
         --metrics ndcg@10 recall@100 --out experiments/results/label_noise_slopes.md \\
         --plot experiments/results/label_noise.png
 """
@@ -60,10 +61,16 @@ def noise_points(sweep_dirs: Sequence[str | Path], eval_set: str, metric: str,
     check_one_setting([(f"{Path(r).parent.name}/{Path(r).name}", read_run_info(r), r) for r in dirs],
                       "the label-noise points", allow_mixed_settings)
     clean, noisy = defaultdict(list), defaultdict(list)
-    for run in runs:
+    seen_clean: set[str] = set()
+    for run, folder in zip(runs, dirs):
         rate, kind = _noise(run)
         if eval_set not in run.metrics or metric not in run.metrics[eval_set]:
             continue
+        if not kind:  # a rate-0 run of every kind is one run (one spec, copied): one point
+            key = read_run_info(folder).get("run_key") or str(folder)
+            if key in seen_clean:
+                continue
+            seen_clean.add(key)
         point = (rate, float(run.metrics[eval_set][metric]))
         (noisy[(run.label, kind)] if kind else clean[run.label]).append(point)
     kinds = sorted({k for _, k in noisy}) or ["none"]

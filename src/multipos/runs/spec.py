@@ -208,6 +208,8 @@ def spec_from_plain(plain: Mapping) -> RunSpec:
         return evaluation_spec(plain)
     data = plain.get("data") or {}
     source = _plain(data.get("source") or {})
+    if "label_noise" in source and not float(source["label_noise"].get("rate", 0)):
+        del source["label_noise"]  # rate 0 replaces nothing: the run of the labels as published
     module = plain.get("module") or {}
     wise_ft = plain.get("wise_ft") or {}
     passages = plain.get("passages") or {}
