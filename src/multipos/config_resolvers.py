@@ -29,7 +29,8 @@ from multipos.hardware import (
     threads_per_job,
 )
 
-__all__ = ["register_resolvers", "register_eval_sets", "sweep_dir", "optuna_storage", "optuna_seed", "if_homogeneous"]
+__all__ = ["register_resolvers", "register_eval_sets", "sweep_dir", "optuna_storage", "optuna_seed", "if_homogeneous",
+           "compose_train"]
 
 
 def _beir_sets(paths, split="test", metrics=("ndcg@10",)):
@@ -140,3 +141,17 @@ def register_eval_sets(conf_dir: str | Path) -> list[str]:
         store.store(group="eval", name=name,
                     node={"defaults": ["settings", {f"/benchmark@test_sets.{name}": name}, "_self_"]})
     return names
+
+
+def compose_train(overrides: list[str]):
+    """``conf/train.yaml`` composed with Hydra ``overrides`` outside a Hydra job (resolvers and evaluation sets
+    registered first, as ``train.py`` does) → the DictConfig. Raises Hydra's errors for a bad override."""
+    from hydra import compose, initialize_config_dir
+
+    from multipos.assets import REPO_ROOT
+
+    conf = REPO_ROOT / "conf"
+    register_resolvers()
+    register_eval_sets(conf)
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        return compose(config_name="train", overrides=overrides)

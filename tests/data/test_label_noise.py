@@ -86,8 +86,8 @@ def test_no_false_positive_is_judged_relevant_in_any_split(tmp_path):
 
 
 def test_a_rate_zero_run_has_the_spec_of_the_labels_as_published():
-    from tests.helpers import compose_cfg
     from multipos.runs.spec import run_spec
+    from tests.helpers import compose_cfg
 
     base = ["experiment=label_noise", "loss=singlelh", "seed=42"]
     clean = run_spec(compose_cfg("train", ["experiment=table2_homogeneous", "scale=cpu_query_side",

@@ -75,3 +75,18 @@ def test_several_metrics_and_the_figure_come_from_one_command(tmp_path):
     text = main([str(noisy), str(clean), "--metrics", "ndcg@10", "recall@100", "--plot", str(png)])
     assert text.count("Table: ") == 2 and "recall@100 against" in text and "slope − singlelh's" not in text
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_rate_zero_run_of_each_kind_is_one_point(tmp_path):
+    sweep = tmp_path / "label_noise-cpu"
+    for kind in ("bm25", "random"):
+        for rate, value in ((0, 0.30), (0.5, 0.25 if kind == "bm25" else 0.2)):
+            name = f"kind={kind},loss=lsepair,rate={rate},seed=42"
+            make_run(sweep, name, "lsepair", metrics={SET: {"ndcg@10": value}}, seed=42,
+                     run_info={"status": "complete", "run_key": "clean" if rate == 0 else name})
+            cfg = sweep / name / ".hydra" / "config.yaml"
+            extra = f"    label_noise:\n      rate: {rate}\n      kind: {kind}\n"
+            cfg.write_text(cfg.read_text().replace("  source:\n", "  source:\n" + extra, 1))
+    points = noise_points([sweep], SET, "ndcg@10")
+    assert sorted(points[("lsepair", "bm25")]) == [(0.0, 0.30), (0.5, 0.25)]
+    assert sorted(points[("lsepair", "random")]) == [(0.0, 0.30), (0.5, 0.2)]

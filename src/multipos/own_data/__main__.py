@@ -23,19 +23,7 @@ import time
 from pathlib import Path
 
 from multipos.assets import REPO_ROOT, cache_dir
-
-CONF = REPO_ROOT / "conf"
-
-
-def _compose(overrides: list[str]):
-    from hydra import compose, initialize_config_dir
-
-    from multipos.config_resolvers import register_eval_sets, register_resolvers
-
-    register_resolvers()
-    register_eval_sets(CONF)
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="train", overrides=overrides)
+from multipos.config_resolvers import compose_train
 
 
 def _train(overrides: list[str], out: Path) -> dict:
@@ -44,7 +32,7 @@ def _train(overrides: list[str], out: Path) -> dict:
     from multipos.train import train
 
     out.mkdir(parents=True, exist_ok=True)
-    cfg = _compose(["experiment=own_data", *overrides, f"paths.output_dir='{out}'"])
+    cfg = compose_train(["experiment=own_data", *overrides, f"paths.output_dir='{out}'"])
     (out / "overrides.txt").write_text("\n".join(overrides) + "\n", encoding="utf-8")
     # the run folder's config and overrides where Hydra would write them: the report reads them (seeds, objective)
     (out / ".hydra").mkdir(exist_ok=True)
@@ -58,7 +46,7 @@ def _regime_problem(overrides: list[str], gold: int, silver: int) -> str | None:
     ``silver`` labels), or None (:func:`multipos.formats.types.regimes_without_positives`)."""
     from multipos.formats.types import REGIME_RULES, regimes_without_positives
 
-    stages = _compose(["experiment=own_data", *overrides]).stages
+    stages = compose_train(["experiment=own_data", *overrides]).stages
     empty = regimes_without_positives([stage.get("regime") for stage in stages.values()], gold, silver)
     if not empty:
         return None
