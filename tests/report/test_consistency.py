@@ -1,0 +1,56 @@
+"""multipos.report.consistency: one number per cell and per reference row across results sources."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+from multipos.report.consistency import disagreements, main
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "experiments" / "runs" / "closed_loop-cpu" / "labels=human,seed=42"
+
+
+def _run(root: Path, name: str, ndcg: float, device: str = "CPU AMD EPYC, 2 cores", bm25: float = 0.318,
+         seed: int = 42) -> Path:
+    d = root / name
+    (d / ".hydra").mkdir(parents=True)
+    shutil.copy(TEMPLATE / ".hydra" / "config.yaml", d / ".hydra" / "config.yaml")
+    spec = json.loads((TEMPLATE / "spec.json").read_text())
+    spec["seed"] = seed
+    (d / "spec.json").write_text(json.dumps(spec))
+    (d / "run_info.json").write_text(json.dumps({"status": "complete", "device": device,
+                                                 "precision": {"training": "32-true", "encoding": "fp32"}}))
+    (d / "metrics.json").write_text(json.dumps({"nfcorpus_test": {"ndcg@10": ndcg}}))
+    (d / "references.json").write_text(json.dumps({"bm25": {"nfcorpus_test": {"ndcg@10": bm25}}}))
+    return d
+
+
+def test_two_runs_of_one_cell_must_agree_and_so_must_reference_rows(tmp_path):
+    a, b = tmp_path / "study_a", tmp_path / "study_b"
+    _run(a, "loss=jointlh,seed=42", 0.3300)
+    _run(b, "loss=jointlh,seed=42", 0.3300 + 1e-6)  # equal to the shown digits: one number
+    _run(b, "other_machine", 0.3350, device="CPU Intel Xeon, 2 cores")  # another setting: another cell
+    _run(b, "seed=43", 0.3400, seed=43)
+    assert disagreements([a, b]) == []
+    _run(a, "seed=43-again", 0.3420, seed=43, bm25=0.3181)
+    found = disagreements([a, b])
+    assert [(d.kind, d.metric) for d in found] == [("cell", "nfcorpus_test:ndcg@10"),
+                                                   ("reference", "nfcorpus_test:ndcg@10")]
+    assert sorted(found[0].values) == [0.34, 0.342] and "seed=43-again" in str(found[0])
+    assert sorted(found[1].values) == [0.318, 0.3181]
+
+
+def test_archives_are_walked_in_a_copy_and_the_exit_status_says_whether_all_agree(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    _run(sweep, "seed=42", 0.33)
+    _run(sweep, "seed=42-copy", 0.31)
+    archive = tmp_path / "sweep.tar.xz"
+    with tarfile.open(archive, "w:xz") as tar:
+        tar.add(sweep, arcname="sweep")
+    before = sorted(p.name for p in sweep.rglob("*"))
+    assert main([str(archive)]) == 1 and "1 disagreement" in capsys.readouterr().out
+    assert sorted(p.name for p in sweep.rglob("*")) == before  # nothing written into the sources
+    shutil.rmtree(sweep / "seed=42-copy")
+    assert main([str(sweep)]) == 0 and "0 disagreements" in capsys.readouterr().out
