@@ -54,3 +54,34 @@ def test_archives_are_walked_in_a_copy_and_the_exit_status_says_whether_all_agre
     assert sorted(p.name for p in sweep.rglob("*")) == before  # nothing written into the sources
     shutil.rmtree(sweep / "seed=42-copy")
     assert main([str(sweep)]) == 0 and "0 disagreements" in capsys.readouterr().out
+
+
+def _pack(folder: Path, archive: Path) -> Path:
+    with tarfile.open(archive, "w:xz") as tar:
+        for top in folder.iterdir():
+            tar.add(top, arcname=top.name)
+    shutil.rmtree(folder)
+    return archive
+
+
+def test_resolve_keeps_the_newest_run_of_a_cell_and_the_majority_reference_row(tmp_path, capsys):
+    old, new = tmp_path / "old", tmp_path / "new"
+    _run(old / "study_a", "seed=42", 0.3300)
+    _run(old / "study_a", "seed=43", 0.3400, seed=43, bm25=0.3181)
+    _run(new / "study_b", "seed=42", 0.3310)
+    _run(new / "study_b", "seed=44", 0.3500, seed=44)
+    for name in ("seed=42", "seed=43"):
+        (old / "study_a" / name / "per_query.nfcorpus_test.json").write_text('{"q": 0.1}')
+    (new / "study_b" / "seed=42" / "per_query.nfcorpus_test.json").write_text('{"q": 0.2}')
+    sources = [_pack(old, tmp_path / "sweeps-2026-11-25.tar.xz"), _pack(new, tmp_path / "sweeps-2026-11-26.tar.xz")]
+    assert len(disagreements(sources)) == 2
+    assert main(["--resolve", *map(str, sources)]) == 0
+    assert "changed: sweeps-2026-11-25.tar.xz/study_a" in capsys.readouterr().out
+    assert disagreements(sources) == []
+    with tarfile.open(sources[0]) as tar:
+        info = json.load(tar.extractfile("study_a/seed=42/run_info.json"))
+        assert info["copied_from"] == ["sweeps-2026-11-26.tar.xz/study_b/seed=42"]
+        assert json.load(tar.extractfile("study_a/seed=42/metrics.json"))["nfcorpus_test"]["ndcg@10"] == 0.3310
+        assert json.load(tar.extractfile("study_a/seed=42/per_query.nfcorpus_test.json")) == {"q": 0.2}
+        refs = json.load(tar.extractfile("study_a/seed=43/references.json"))
+        assert refs["bm25"]["nfcorpus_test"]["ndcg@10"] == 0.318  # three folders hold 0.318, one 0.3181

@@ -13,7 +13,15 @@ two values:
   evaluation's max length and bf16 encoding) and the device kind; two rows with one key must agree.
 
 "Agree" is to :data:`TOLERANCE` (results are shown to four decimals). The exit status is 1 when anything disagrees,
-with one line per disagreement naming the key, the values and the folders that hold them. Reported numbers that come
+with one line per disagreement naming the key, the values and the folders that hold them.
+
+``--resolve`` makes the archives agree (:func:`resolve`): a cell keeps the run of its newest source (the date in an
+archive's name; ``experiments/runs/`` is newer than every archive) — the study that re-trained a cell another study
+already had made the later, and so canonical, run; a reference row keeps the value most folders hold (ties: the
+newest). Every other folder of that key becomes a copy: its results files are replaced by the kept run's and its
+``run_info.json`` records ``copied_from`` (the run it now reads), as :mod:`multipos.runs.reuse` does for new runs.
+Archives are re-packed; folders below ``experiments/runs/`` are rewritten in place. Re-render the studies whose
+runs changed (the command lists them). Reported numbers that come
 from a file (a rendered table) are the renderer's concern (:mod:`multipos.report.render` reads one run folder per
 cell); this command is about the run folders those tables are rendered from.
 """
@@ -23,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import tarfile
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -32,7 +41,7 @@ from pathlib import Path
 from multipos.assets import REPO_ROOT
 
 __all__ = ["TOLERANCE", "Disagreement", "default_sources", "unpack", "cell_values", "reference_values",
-           "disagreements", "main"]
+           "disagreements", "resolve", "main"]
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +71,10 @@ def default_sources(root: Path = REPO_ROOT) -> list[Path]:
     return [*([runs] if runs.is_dir() else []), *sorted((root / "experiments" / "sweeps").glob("*.tar.xz"))]
 
 
-def unpack(sources: Iterable[Path], into: Path) -> list[Path]:
+def unpack(sources: Iterable[Path], into: Path, everything: bool = False) -> list[Path]:
     """Copies to walk below ``into`` (one subfolder each) of the JSON files and Hydra configs of each folder or
-    archive in ``sources``: keying an old folder writes its ``spec.json`` into the copy, never into the source."""
+    archive in ``sources``: keying an old folder writes its ``spec.json`` into the copy, never into the source.
+    ``everything``: copy every file (to re-pack an archive from the copy)."""
     import shutil
 
     folders = []
@@ -72,15 +82,16 @@ def unpack(sources: Iterable[Path], into: Path) -> list[Path]:
         source = Path(source)
         target = into / f"{n}-{source.name.split('.tar')[0]}"
         if source.is_dir():
-            shutil.copytree(source, target, ignore=lambda d, names: [
+            shutil.copytree(source, target, ignore=None if everything else lambda d, names: [
                 x for x in names if x.startswith("per_query") or x in ("references", "checkpoints")
                 or (Path(d, x).is_file() and not x.endswith((".json", ".yaml")))])
             folders.append(target)
             continue
         with tarfile.open(source) as tar:
-            members = [m for m in tar.getmembers() if m.isfile() and not m.name.startswith(("/", ".."))
-                       and ".." not in Path(m.name).parts and (m.name.endswith(".json") or "/.hydra" in m.name)
-                       and "/per_query" not in m.name and "/references/" not in m.name]
+            members = [m for m in tar.getmembers() if (m.isfile() or (everything and m.isdir()))
+                       and not m.name.startswith("/") and ".." not in Path(m.name).parts
+                       and (everything or ((m.name.endswith(".json") or "/.hydra" in m.name)
+                                           and "/per_query" not in m.name and "/references/" not in m.name))]
             tar.extractall(target, members=members, filter="data")
         folders.append(target)
     return folders
@@ -171,12 +182,107 @@ def disagreements(sources: Sequence[Path] | None = None) -> list[Disagreement]:
         return [*_group(cell_values(runs, base), "cell"), *_group(reference_values(runs, base), "reference")]
 
 
+_DATE = re.compile(r"(\d{4}-\d{2}-\d{2})")
+
+
+def _age(source: Path) -> str:
+    """Sort key of a source's age: the date in its name; a folder (``experiments/runs/``) is newest."""
+    if Path(source).is_dir():
+        return "9999"
+    found = _DATE.search(Path(source).name)
+    return found.group(1) if found else "0000"
+
+
+def _copy_results(kept: Path, folder: Path, names: Sequence[str], copied_from: str) -> None:
+    import shutil
+
+    from multipos.runs.folder import read_run_info, write_run_info
+
+    for name in names:
+        for old in folder.glob(name):
+            if old.is_dir():
+                shutil.rmtree(old)
+            else:
+                old.unlink()
+        for new in kept.glob(name):
+            target = folder / new.relative_to(kept)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            (shutil.copytree if new.is_dir() else shutil.copy2)(new, target)
+    info = read_run_info(folder)
+    write_run_info(folder, {**info, "copied_from": sorted({*info.get("copied_from", []), copied_from})}
+                   if isinstance(info.get("copied_from"), list) else {**info, "copied_from": [copied_from]})
+
+
+def resolve(sources: Sequence[Path] | None = None) -> list[str]:
+    """Make every key of ``sources`` (default :func:`default_sources`) hold one value (module docstring) → the
+    sweeps whose runs changed (``<source name>/<sweep>``). Raises ValueError when a cell's newest source holds two
+    values (which run is canonical is then not decided by age: name them by hand)."""
+    import json as _json
+
+    sources = default_sources() if sources is None else [Path(s) for s in sources]
+    changed: dict[Path, set[str]] = {}
+    with tempfile.TemporaryDirectory(prefix="multipos-resolve-") as tmp:
+        folders = unpack(sources, Path(tmp), everything=True)
+        owner = {f: s for f, s in zip(folders, sources)}
+        runs = _runs(folders)
+        where = {folder: next(f for f in folders if folder.is_relative_to(f)) for folder, _, _ in runs}
+        base = Path(tmp)
+        by_path = {_name(folder, base): folder for folder, _, _ in runs}
+        for d in _group(cell_values(runs, base), "cell"):
+            holders = [(v, by_path[n]) for v, names in d.values.items() for n in names]
+            newest = max(_age(owner[where[f]]) for _, f in holders)
+            top = {v for v, f in holders if _age(owner[where[f]]) == newest}
+            if len(top) > 1:
+                raise ValueError(f"{d}: its newest source holds {len(top)} values; decide which run is the cell's")
+            kept = next(f for v, f in holders if v in top)
+            for v, f in holders:
+                if v not in top:
+                    _copy_results(kept, f, ["metrics.json", "per_query.*.json", "results.txt"],
+                                  f"{owner[where[kept]].name}/{kept.relative_to(where[kept])}")
+                    changed.setdefault(where[f], set()).add(f.relative_to(where[f]).parts[0])
+        for d in _group(reference_values(runs, base), "reference"):
+            row = d.key.split(" ", 1)[0]
+            holders = [(v, by_path[n]) for v, names in d.values.items() for n in names]
+            count = {v: len(names) for v, names in d.values.items()}
+            best = max(count, key=lambda v: (count[v], max(_age(owner[where[f]]) for x, f in holders if x == v)))
+            kept = next(f for v, f in holders if v == best)
+            kept_row = _json.loads((kept / "references.json").read_text())[row]
+            for v, f in holders:
+                if v == best:
+                    continue
+                refs = _json.loads((f / "references.json").read_text())
+                refs[row] = kept_row
+                (f / "references.json").write_text(_json.dumps(refs, indent=2))
+                _copy_results(kept, f, [f"references/{row}"], f"{owner[where[kept]].name}/"
+                              f"{kept.relative_to(where[kept])} (references: {row})")
+                changed.setdefault(where[f], set()).add(f.relative_to(where[f]).parts[0])
+        for folder, sweeps in changed.items():
+            source = owner[folder]
+            if source.is_dir():
+                for sweep in sweeps:
+                    import shutil
+
+                    shutil.rmtree(source / sweep)
+                    shutil.copytree(folder / sweep, source / sweep)
+            else:
+                staged = source.with_name(source.name + ".tmp")
+                with tarfile.open(staged, "w:xz") as tar:
+                    for top in sorted(folder.iterdir()):
+                        tar.add(top, arcname=top.name)
+                staged.replace(source)
+    return sorted(f"{owner[folder].name}/{sweep}" for folder, sweeps in changed.items() for sweep in sweeps)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m multipos.report.consistency", description=__doc__.split("\n")[0])
     parser.add_argument("paths", nargs="*", help="run folders, sweeps or .tar.xz archives (default: every committed "
                                                  "results source)")
+    parser.add_argument("--resolve", action="store_true", help="make every key hold one value (module docstring)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    if args.resolve:
+        for sweep in resolve(args.paths or None):
+            print(f"changed: {sweep}")
     found = disagreements(args.paths or None)
     for d in found:
         print(d)
