@@ -150,3 +150,27 @@ def test_a_baseline_is_taken_from_the_same_sweep_cell_when_config_keys_tie(tmp_p
         if run.objective == "lsepair":
             base = resolve_baseline(run, runs, "singlelh")
             assert base.name == run.name.replace("lsepair", "singlelh")
+
+
+def test_a_control_on_a_matched_key_compares_rows_that_differ_only_in_that_key(tmp_path):
+    """Appendix B (``--baselines data.positive_selection=first``): each random-M row against the first-M row of its
+    objective and M — the control's key is itself one of the matched config keys."""
+    pq = lambda v: {SET: {"ndcg@10": qmap(v)}}  # noqa: E731
+    base = np.linspace(0.1, 0.5, 20)
+    runs = {}
+    for M in (4, 8):
+        for selection, delta in (("first", 0.0), ("random", -np.linspace(0.05, 0.06, 20))):
+            name = f"jointlh-M{M}-{selection}"
+            path = make_run(tmp_path, name, "jointlh", pq(base + delta + M / 100), M=M,
+                            overrides=["loss=jointlh", f"data.max_positives={M}",
+                                       f"data.positive_selection={selection}"])
+            cfg = path / ".hydra" / "config.yaml"
+            cfg.write_text(cfg.read_text().replace("positive_selection: first", f"positive_selection: {selection}"))
+            runs[(M, selection)] = load_run(path)
+    pool = list(runs.values())
+    control = "data.positive_selection=first"
+    assert report.resolve_baseline(runs[(8, "random")], pool, control) is runs[(8, "first")]
+    assert report.resolve_baseline(runs[(4, "random")], pool, control) is runs[(4, "first")]
+    table = render_table(pool, [SET], ["ndcg@10"], row_key="objective,M,selection", baselines=(control, None))
+    assert "| jointlh,M=4,selection=random | 0.2850- |" in table and "| jointlh,M=8,selection=random | 0.3250- |" in table
+    assert "| jointlh,M=4,selection=first | <u>0.3400</u> |" in table  # the control rows carry no marker

@@ -6,7 +6,7 @@ import math
 import sys
 from typing import Mapping, Sequence, Union
 
-from multipos.report.runs import CONFIG_KEYS, RunResult, override_map
+from multipos.report.runs import CONFIG_KEYS, KEY_ALIASES, RunResult, override_map
 from multipos.report.seeds import SeedGroup, same_row
 
 #: A table row: one run, or the runs of one configuration over several seeds.
@@ -141,7 +141,8 @@ def resolve_baseline(run: Row, runs: Sequence[Row], baseline: str | Row | None) 
     the seed); among several such rows, the one with the same seed(s) as ``run``. A control
     ``"<key>=<value>"`` (e.g. ``"negative_filter=none"``: each filter against no filter) → ``run`` itself when
     its ``key`` has that value, else the row with that value, the same objective and the same
-    :data:`MATCH_KEYS` values. Among several such rows: the one with the same seed(s), then the one whose sweep
+    :data:`MATCH_KEYS` values but the control's own (``data.positive_selection=first``: each random-M row against
+    the first-M row of its objective and M). Among several such rows: the one with the same seed(s), then the one whose sweep
     overrides (``.hydra/overrides.yaml``) are the same but for the objective, the seed and the control key (the same
     cell of the study, e.g. the same noise rate). ``None`` when no row matches. Raises ``ValueError`` listing the
     candidates when several match equally well — pass the baseline run explicitly then.
@@ -151,9 +152,11 @@ def resolve_baseline(run: Row, runs: Sequence[Row], baseline: str | Row | None) 
     if is_baseline_row(run, baseline):
         return run
     cfg = run.config
+    control = KEY_ALIASES.get(baseline.split("=", 1)[0], baseline.split("=", 1)[0]) if is_control(baseline) else None
+    match = [k for k in MATCH_KEYS if k != control]  # the control's own key is what differs
     candidates = [r for r in runs if is_baseline_row(r, baseline)
                   and (not is_control(baseline) or r.objective == run.objective)
-                  and all(r.config.get(k) == cfg.get(k) for k in MATCH_KEYS)]
+                  and all(r.config.get(k) == cfg.get(k) for k in match)]
     if len(candidates) > 1:
         candidates = [r for r in candidates if r.config.get("seed") == cfg.get("seed")] or candidates
     if len(candidates) > 1:  # the same sweep cell but for the objective (and the control key): e.g. the same noise
