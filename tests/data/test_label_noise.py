@@ -81,6 +81,7 @@ def test_no_false_positive_is_judged_relevant_in_any_split(tmp_path):
             noise.apply(q, corpus, judged)
             seen |= set(noise.record["q0"]["false_positives"])
         assert seen == allowed, exclude
+    assert LabelNoise(rate=0.1).exclude == "query"  # what a setting without the field computed
     with pytest.raises(ValueError, match=r"label_noise\.exclude"):
         LabelNoise(rate=0.1, exclude="nothing")
 
