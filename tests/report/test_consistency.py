@@ -85,3 +85,23 @@ def test_resolve_keeps_the_newest_run_of_a_cell_and_the_majority_reference_row(t
         assert json.load(tar.extractfile("study_a/seed=42/per_query.nfcorpus_test.json")) == {"q": 0.2}
         refs = json.load(tar.extractfile("study_a/seed=43/references.json"))
         assert refs["bm25"]["nfcorpus_test"]["ndcg@10"] == 0.318  # three folders hold 0.318, one 0.3181
+
+
+def test_hard_linked_copies_in_an_archive_are_read_and_kept(tmp_path):
+    sweep = tmp_path / "src" / "study"
+    _run(sweep, "seed=42", 0.33)
+    twin = sweep / "seed=42-reused"
+    shutil.copytree(sweep / "seed=42", twin)
+    (twin / "metrics.json").unlink()
+    (twin / "metrics.json").hardlink_to(sweep / "seed=42" / "metrics.json")  # how a reused run's copy is stored
+    (tmp_path / "src" / "study" / "seed=43").mkdir()
+    archive = _pack(tmp_path / "src", tmp_path / "a-2026-11-25.tar.xz")
+    with tarfile.open(archive) as tar:
+        assert any(m.islnk() for m in tar.getmembers())
+    newer = tmp_path / "new"
+    _run(newer / "study", "seed=42", 0.34)
+    other = _pack(newer, tmp_path / "b-2026-11-26.tar.xz")
+    assert main(["--resolve", str(archive), str(other)]) == 0
+    with tarfile.open(archive) as tar:
+        for name in ("study/seed=42", "study/seed=42-reused"):
+            assert json.load(tar.extractfile(f"{name}/metrics.json"))["nfcorpus_test"]["ndcg@10"] == 0.34

@@ -88,7 +88,7 @@ def unpack(sources: Iterable[Path], into: Path, everything: bool = False) -> lis
             folders.append(target)
             continue
         with tarfile.open(source) as tar:
-            members = [m for m in tar.getmembers() if (m.isfile() or (everything and m.isdir()))
+            members = [m for m in tar.getmembers() if (m.isfile() or m.islnk() or (everything and m.isdir()))
                        and not m.name.startswith("/") and ".." not in Path(m.name).parts
                        and (everything or ((m.name.endswith(".json") or "/.hydra" in m.name)
                                            and "/per_query" not in m.name and "/references/" not in m.name))]
@@ -246,15 +246,17 @@ def resolve(sources: Sequence[Path] | None = None) -> list[str]:
             count = {v: len(names) for v, names in d.values.items()}
             best = max(count, key=lambda v: (count[v], max(_age(owner[where[f]]) for x, f in holders if x == v)))
             kept = next(f for v, f in holders if v == best)
-            kept_row = _json.loads((kept / "references.json").read_text())[row]
+            eval_set = d.metric.split(":", 1)[0]
+            kept_values = _json.loads((kept / "references.json").read_text())[row][eval_set]
             for v, f in holders:
                 if v == best:
                     continue
                 refs = _json.loads((f / "references.json").read_text())
-                refs[row] = kept_row
+                refs[row][eval_set] = kept_values  # that set's row; the run's other sets keep theirs
+                (f / "references.json").unlink()  # a hard link (a reused run's copy) must not change its twin
                 (f / "references.json").write_text(_json.dumps(refs, indent=2))
-                _copy_results(kept, f, [f"references/{row}"], f"{owner[where[kept]].name}/"
-                              f"{kept.relative_to(where[kept])} (references: {row})")
+                _copy_results(kept, f, [f"references/{row}/per_query.{eval_set}.json"], f"{owner[where[kept]].name}/"
+                              f"{kept.relative_to(where[kept])} (references: {row}, {eval_set})")
                 changed.setdefault(where[f], set()).add(f.relative_to(where[f]).parts[0])
         for folder, sweeps in changed.items():
             source = owner[folder]

@@ -99,10 +99,10 @@ def provenance(sweep: Path, runs: Sequence[RunResult], infos: Sequence[Mapping],
     copied = [str(i["copied_from"]) for i in infos if i.get("copied_from")]
     cells = sum("(references:" not in c.replace("'", "").split(",")[0] for c in copied)
     refs = sum("(references:" in c for c in copied)
-    for n, what in ((cells, "results are"), (refs, "reference rows are")):
+    for n, what in ((cells, "results"), (refs, "reference rows")):
         if n:
-            parts.append(f"{n} of them: their {what} another study's run of the same cell or key (`copied_from` "
-                         "in `run_info.json`, `python -m multipos.report.consistency --resolve`)")
+            parts.append(f"{n} of them: their {what} copied from the one run of that cell or key kept in another "
+                         "sweep (`copied_from` in `run_info.json`, `python -m multipos.report.consistency --resolve`)")
     walls = [float(i["wall_s"]) for i in infos
              if isinstance(i.get("wall_s"), (int, float)) and not i.get("reused_from")]
     if walls:
