@@ -1,6 +1,6 @@
 """The docs cannot go stale: every measured number a page states is in the results file it links, and the pages stay
-a product (README at most 12 KB, docs/ at most 115 KB: 100 KB until the paper-scale page and assets came, prose lines
-at most 120 characters).
+a product (README at most 12 KB, docs/ at most 120 KB: 115 KB until the sentence-transformers page came, 100 KB
+until the paper-scale page and assets came, prose lines at most 120 characters).
 
 A *block* is a run of non-blank lines outside code fences (a paragraph, a list, a table). A number with three or
 more decimals (``0.3602``, ``0.0058``) in a block must occur, as written, in one of the files under
@@ -89,7 +89,7 @@ def test_every_stated_number_is_in_the_results_file_it_links(page):
 
 def test_pages_are_short_and_their_prose_lines_at_most_120_characters():
     assert (REPO / "README.md").stat().st_size <= 12 * 1024
-    assert sum(p.stat().st_size for p in (REPO / "docs").rglob("*.md")) <= 115 * 1024
+    assert sum(p.stat().st_size for p in (REPO / "docs").rglob("*.md")) <= 120 * 1024
     long_lines = []
     for page in PAGES:
         fenced = False

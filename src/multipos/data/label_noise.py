@@ -10,9 +10,9 @@ passages known not to be relevant changes quality alone. Two kinds of false posi
 
 A false positive must be false: with ``exclude: every_split`` (the label-noise study's setting) it is never a passage
 that any qrels file of the dataset folder judges relevant (grade > 0) for the query or for a query of the same text
-in another split (:func:`judged_in_every_split`; NFCorpus's ``qrels-graded/*.s-4.qrel`` add about 28.8k topic-level train links that
-BEIR's training qrels leave out). ``exclude: query``, the default because it is what a setting without the field
-computed (runs made before 2026-12-02), keeps only the query's own training judgments out.
+in another split (:func:`judged_in_every_split`; NFCorpus's ``qrels-graded/*.s-4.qrel`` add about 28.8k
+topic-level train links that BEIR's training qrels leave out). ``exclude: query``, the default because it is what a
+setting without the field computed (runs made before 2026-12-02), keeps only the query's own training judgments out.
 
 For each query with n positives, round(ρ·n) positives are chosen uniformly (seeded by the setting's seed and the
 query id) and each is replaced, in its place in the query's order, by a false positive; the false positives leave

@@ -142,10 +142,10 @@ def resolve_baseline(run: Row, runs: Sequence[Row], baseline: str | Row | None) 
     ``"<key>=<value>"`` (e.g. ``"negative_filter=none"``: each filter against no filter) → ``run`` itself when
     its ``key`` has that value, else the row with that value, the same objective and the same
     :data:`MATCH_KEYS` values but the control's own (``data.positive_selection=first``: each random-M row against
-    the first-M row of its objective and M). Among several such rows: the one with the same seed(s), then the one whose sweep
-    overrides (``.hydra/overrides.yaml``) are the same but for the objective, the seed and the control key (the same
-    cell of the study, e.g. the same noise rate). ``None`` when no row matches. Raises ``ValueError`` listing the
-    candidates when several match equally well — pass the baseline run explicitly then.
+    the first-M row of its objective and M). Among several such rows: the one with the same seed(s), then the one
+    whose sweep overrides (``.hydra/overrides.yaml``) are the same but for the objective, the seed and the control
+    key (the same cell of the study, e.g. the same noise rate). ``None`` when no row matches. Raises ``ValueError``
+    listing the candidates when several match equally well — pass the baseline run explicitly then.
     """
     if baseline is None or isinstance(baseline, (RunResult, SeedGroup)):
         return baseline
