@@ -7,6 +7,8 @@ import shutil
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from multipos.report.consistency import disagreements, main
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "experiments" / "runs" / "closed_loop-cpu" / "labels=human,seed=42"
@@ -105,3 +107,16 @@ def test_hard_linked_copies_in_an_archive_are_read_and_kept(tmp_path):
     with tarfile.open(archive) as tar:
         for name in ("study/seed=42", "study/seed=42-reused"):
             assert json.load(tar.extractfile(f"{name}/metrics.json"))["nfcorpus_test"]["ndcg@10"] == 0.34
+
+
+def test_the_committed_run_folders_have_one_number_per_cell():
+    from multipos.report.consistency import default_sources
+
+    runs = [s for s in default_sources() if s.is_dir()]
+    assert runs and disagreements(runs) == []
+
+
+@pytest.mark.slow
+def test_every_committed_results_source_has_one_number_per_cell():
+    """experiments/runs/ and every archive (about 4 min on 2 cores): `--resolve` made them agree on 2026-12-02."""
+    assert [str(d) for d in disagreements()] == []
