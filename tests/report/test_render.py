@@ -325,3 +325,16 @@ def test_provenance_names_each_device_with_its_runs(tmp_path):
     assert provenance(tmp_path / "s", runs, infos).endswith(
         "; devices: CPU EPYC, 2 cores (2 runs) / CPU EPYC, 2 cores, 1 torch thread (1 run).")
     assert provenance(tmp_path / "s", runs, [infos[0]] * 3).endswith("; device: CPU EPYC, 2 cores.")
+
+
+def test_provenance_names_the_archive_and_counts_copied_cells_and_reference_rows(tmp_path):
+    from multipos.report.render import provenance
+
+    sweep = tmp_path / "cpu-query_side-2026-11-25.tar.xz" / "s"
+    runs = _lsepair_runs(sweep, (1, 2, 3))
+    infos = [{"copied_from": ["a.tar.xz/s/seed=1"]},
+             {"copied_from": ["a.tar.xz/s/seed=9 (references: zero-shot, nfcorpus_test)"]},
+             {"copied_from": ["a.tar.xz/s/seed=3", "a.tar.xz/t/seed=3 (references: bm25, nfcorpus_test)"]}]
+    line = provenance(sweep, runs, infos)
+    assert "in sweep `s` of archive `experiments/sweeps/cpu-query_side-2026-11-25.tar.xz`" in line
+    assert "2 of them: their results copied" in line and "2 of them: their reference rows copied" in line

@@ -96,9 +96,10 @@ def provenance(sweep: Path, runs: Sequence[RunResult], infos: Sequence[Mapping],
     if reused:
         parts.append(f"{reused} of them copied from an equivalent finished run (`reused_from` in their "
                      f"`run_info.json`: the same model and evaluation), not trained again")
-    copied = [str(i["copied_from"]) for i in infos if i.get("copied_from")]
-    cells = sum("(references:" not in c.replace("'", "").split(",")[0] for c in copied)
-    refs = sum("(references:" in c for c in copied)
+    copied = [[i["copied_from"]] if isinstance(i["copied_from"], str) else list(i["copied_from"])
+              for i in infos if i.get("copied_from")]
+    cells = sum(any("(references:" not in c for c in entries) for entries in copied)
+    refs = sum(any("(references:" in c for c in entries) for entries in copied)
     for n, what in ((cells, "results"), (refs, "reference rows")):
         if n:
             parts.append(f"{n} of them: their {what} copied from the one run of that cell or key kept in another "
