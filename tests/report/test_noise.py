@@ -90,3 +90,11 @@ def test_a_rate_zero_run_of_each_kind_is_one_point(tmp_path):
     points = noise_points([sweep], SET, "ndcg@10")
     assert sorted(points[("lsepair", "bm25")]) == [(0.0, 0.30), (0.5, 0.25)]
     assert sorted(points[("lsepair", "random")]) == [(0.0, 0.30), (0.5, 0.2)]
+
+
+def test_the_provenance_line_counts_clean_runs_and_the_exclusion_rule_of_the_noisy_ones(tmp_path):
+    from multipos.report.noise import noise_provenance
+
+    noisy, clean, _ = _sweeps(tmp_path)
+    line = noise_provenance([noisy, clean])
+    assert "4 ρ = 0 (the labels as published)" in line and "16 ρ > 0 drawn with exclude=query" in line

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,7 +29,8 @@ from multipos.report.setting import check_one_setting
 from multipos.runs.find import sweep_runs
 from multipos.runs.folder import read_run_info
 
-__all__ = ["noise_points", "noise_slopes", "slope_differences", "format_slopes", "noise_figure", "main"]
+__all__ = ["noise_points", "noise_slopes", "slope_differences", "format_slopes", "noise_figure", "noise_provenance",
+           "main"]
 
 
 def _noise(run) -> tuple[float, str | None]:
@@ -193,6 +195,29 @@ def _sd(values: Sequence[float]) -> float:
     return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
 
 
+def noise_provenance(sweep_dirs: Sequence[str | Path]) -> str:
+    """One line: how many runs the points come from, by ρ = 0 and by the ``exclude`` rule that drew the false
+    positives (absent: ``query``, :class:`multipos.data.label_noise.LabelNoise`), and the settings (device kind,
+    precisions, :func:`multipos.report.setting.run_setting`) they were made in."""
+    from collections import Counter
+
+    from multipos.report.setting import describe_settings, run_setting
+
+    rules, settings, total = Counter(), {}, 0
+    for d in sweep_dirs:
+        for folder in sweep_runs(d)[0]:
+            run = load_run(folder, require_per_query=False)
+            rate, _ = _noise(run)
+            exclude = (run.get("data.source.label_noise.exclude") if _has(run, "data.source.label_noise.exclude")
+                       else None) or "query"
+            rules["ρ = 0 (the labels as published)" if not rate else f"ρ > 0 drawn with exclude={exclude}"] += 1
+            settings.setdefault(run_setting(read_run_info(folder), folder), []).append(Path(folder).name)
+            total += 1
+    parts = "; ".join(f"{n} {what}" for what, n in sorted(rules.items()))
+    return (f"Provenance: {total} runs in {', '.join(f'`{d}`' for d in sweep_dirs)} ({parts}); "
+            f"{describe_settings(settings)}.")
+
+
 def main(argv: Sequence[str] | None = None) -> str:
     ap = argparse.ArgumentParser(prog="python -m multipos.report.noise", description=__doc__.split("\n\n")[0])
     ap.add_argument("sweep_dirs", nargs="+")
@@ -210,7 +235,8 @@ def main(argv: Sequence[str] | None = None) -> str:
         rows = noise_slopes(pts)
         slope_differences(rows, args.reference)
         tables.append(format_slopes(rows, args.set, metric, args.reference))
-    text = "\n".join(tables)
+    command = "python -m multipos.report.noise " + " ".join(argv if argv is not None else sys.argv[1:])
+    text = "\n".join(tables) + f"\n{noise_provenance(args.sweep_dirs)} Written by `{command}`.\n"
     print(text)
     if args.out:
         atomic.write_text(Path(args.out), text)
