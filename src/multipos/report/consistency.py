@@ -32,6 +32,7 @@ import argparse
 import json
 import logging
 import re
+import shutil
 import tarfile
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -75,8 +76,6 @@ def unpack(sources: Iterable[Path], into: Path, everything: bool = False) -> lis
     """Copies to walk below ``into`` (one subfolder each) of the JSON files and Hydra configs of each folder or
     archive in ``sources``: keying an old folder writes its ``spec.json`` into the copy, never into the source.
     ``everything``: copy every file (to re-pack an archive from the copy)."""
-    import shutil
-
     folders = []
     for n, source in enumerate(sources):
         source = Path(source)
@@ -107,9 +106,8 @@ def _runs(folders: Sequence[Path]) -> list[tuple[Path, dict, dict]]:
         info = read_run_info(folder)
         if info.get("status") != "complete" or not (folder / "metrics.json").is_file():
             continue
-        spec = migrate_run(folder) if not (folder / "spec.json").is_file() else None
         spec_file = folder / "spec.json"
-        if spec is None and not spec_file.is_file():
+        if not spec_file.is_file() and migrate_run(folder) is None:  # keyed in the copy, as its machine keyed it
             log.warning("%s: its machine cannot be told; not checked", folder)
             continue
         found.append((folder, read_run_info(folder), json.loads(spec_file.read_text())))
@@ -194,8 +192,6 @@ def _age(source: Path) -> str:
 
 
 def _copy_results(kept: Path, folder: Path, names: Sequence[str], copied_from: str) -> None:
-    import shutil
-
     from multipos.runs.folder import read_run_info, write_run_info
 
     for name in names:
@@ -209,16 +205,14 @@ def _copy_results(kept: Path, folder: Path, names: Sequence[str], copied_from: s
             target.parent.mkdir(parents=True, exist_ok=True)
             (shutil.copytree if new.is_dir() else shutil.copy2)(new, target)
     info = read_run_info(folder)
-    write_run_info(folder, {**info, "copied_from": sorted({*info.get("copied_from", []), copied_from})}
-                   if isinstance(info.get("copied_from"), list) else {**info, "copied_from": [copied_from]})
+    earlier = info.get("copied_from") if isinstance(info.get("copied_from"), list) else []
+    write_run_info(folder, {**info, "copied_from": sorted({*earlier, copied_from})})
 
 
 def resolve(sources: Sequence[Path] | None = None) -> list[str]:
     """Make every key of ``sources`` (default :func:`default_sources`) hold one value (module docstring) → the
     sweeps whose runs changed (``<source name>/<sweep>``). Raises ValueError when a cell's newest source holds two
     values (which run is canonical is then not decided by age: name them by hand)."""
-    import json as _json
-
     sources = default_sources() if sources is None else [Path(s) for s in sources]
     changed: dict[Path, set[str]] = {}
     with tempfile.TemporaryDirectory(prefix="multipos-resolve-") as tmp:
@@ -247,14 +241,14 @@ def resolve(sources: Sequence[Path] | None = None) -> list[str]:
             best = max(count, key=lambda v: (count[v], max(_age(owner[where[f]]) for x, f in holders if x == v)))
             kept = next(f for v, f in holders if v == best)
             eval_set = d.metric.split(":", 1)[0]
-            kept_values = _json.loads((kept / "references.json").read_text())[row][eval_set]
+            kept_values = json.loads((kept / "references.json").read_text())[row][eval_set]
             for v, f in holders:
                 if v == best:
                     continue
-                refs = _json.loads((f / "references.json").read_text())
+                refs = json.loads((f / "references.json").read_text())
                 refs[row][eval_set] = kept_values  # that set's row; the run's other sets keep theirs
                 (f / "references.json").unlink()  # a hard link (a reused run's copy) must not change its twin
-                (f / "references.json").write_text(_json.dumps(refs, indent=2))
+                (f / "references.json").write_text(json.dumps(refs, indent=2))
                 _copy_results(kept, f, [f"references/{row}/per_query.{eval_set}.json"], f"{owner[where[kept]].name}/"
                               f"{kept.relative_to(where[kept])} (references: {row}, {eval_set})")
                 changed.setdefault(where[f], set()).add(f.relative_to(where[f]).parts[0])
@@ -262,8 +256,6 @@ def resolve(sources: Sequence[Path] | None = None) -> list[str]:
             source = owner[folder]
             if source.is_dir():
                 for sweep in sweeps:
-                    import shutil
-
                     shutil.rmtree(source / sweep)
                     shutil.copytree(folder / sweep, source / sweep)
             else:
