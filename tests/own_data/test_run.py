@@ -21,7 +21,11 @@ def test_own_data_in_one_command_searches_trains_seeds_and_summarises(tiny_beir,
     trials = json.loads((out / "search" / "trials.json").read_text())
     assert len(trials) == 2 and all(0 <= t["value"] <= 1 for t in trials)
     recipe = json.loads((out / "recipe.json").read_text())
-    assert recipe == max(trials, key=lambda t: t["value"])["overrides"]
+    complete = [t for t in trials if t["state"] == "complete"]
+    assert recipe == max(complete, key=lambda t: t["value"])["overrides"]
+    for t in trials:  # the second trial is pruned after epoch 1 when it is behind the first there
+        pruned = (out / "search" / f"trial-{t['number']:03d}" / "pruned.json").is_file()
+        assert pruned == (t["state"] == "pruned")
     for seed in (42, 43):
         run = out / "final" / f"seed={seed}"
         assert json.loads((run / "run_info.json").read_text())["status"] == "complete"

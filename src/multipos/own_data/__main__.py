@@ -26,13 +26,15 @@ from multipos.assets import REPO_ROOT, cache_dir
 from multipos.config_resolvers import compose_train
 
 
-def _train(overrides: list[str], out: Path) -> dict:
+def _train(overrides: list[str], out: Path, extra: list[str] = ()) -> dict:
+    """Train one run of ``experiment=own_data`` with ``overrides`` (recorded in ``overrides.txt``) and ``extra``
+    (callbacks that do not change what is trained, e.g. the search's pruning) into ``out`` → its results."""
     from omegaconf import OmegaConf
 
     from multipos.train import train
 
     out.mkdir(parents=True, exist_ok=True)
-    cfg = compose_train(["experiment=own_data", *overrides, f"paths.output_dir='{out}'"])
+    cfg = compose_train(["experiment=own_data", *overrides, *extra, f"paths.output_dir='{out}'"])
     (out / "overrides.txt").write_text("\n".join(overrides) + "\n", encoding="utf-8")
     # the run folder's config and overrides where Hydra would write them: the report reads them (seeds, objective)
     (out / ".hydra").mkdir(exist_ok=True)
@@ -73,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("data", help="a BEIR folder (qrels/train.tsv, test.tsv; dev.tsv optional) or a Tevatron .jsonl")
     ap.add_argument("--budget-min", type=float, default=20.0, help="wall time of the recipe search (0: none)")
     ap.add_argument("--max-trials", type=int, default=50)
+    ap.add_argument("--no-pruning", action="store_true",
+                    help="train every search trial to its last epoch (default: successive halving stops the ones "
+                         "behind after epochs 1 and 3)")
     ap.add_argument("--seeds", default="42,43,44")
     ap.add_argument("--gold-grades", type=lambda s: [int(x) for x in s.split(",")], default=None,
                     help="train qrels grades that are gold (e.g. 2); default: binary qrels one tier, "
@@ -131,13 +136,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.budget_min > 0:
         from multipos.own_data.search import search
 
-        def run_trial(trial: dict, folder: Path) -> float:
+        def run_trial(trial: dict, folder: Path, extra: list[str]) -> float:
             results = _train([*overrides, *(f"{k}={v}" for k, v in trial.items()), "seed=42", "eval.test_sets={}",
-                              "eval.references=false"], folder)
+                              "eval.references=false"], folder, extra)
             return float(results["own_dev"]["ndcg@10"])
 
-        recipe, value, trials = search(run_trial, out / "search", args.budget_min * 60, args.max_trials)
-        print(f"recipe search: {len(trials)} trials, best dev nDCG@10 {value:.4f}: {recipe}")
+        recipe, value, trials = search(run_trial, out / "search", args.budget_min * 60, args.max_trials,
+                                       prune=not args.no_pruning)
+        pruned = sum(t["state"] == "pruned" for t in trials)
+        print(f"recipe search: {len(trials)} trials ({pruned} pruned), best dev nDCG@10 {value:.4f}: {recipe}")
     (out / "recipe.json").parent.mkdir(parents=True, exist_ok=True)
     (out / "recipe.json").write_text(json.dumps(recipe or "the main job's recipe", indent=1) + "\n")
     for seed in seeds:
