@@ -1,5 +1,6 @@
-"""Claims no stronger than their tests: every comparative sentence of README.md and docs/objectives.md is listed in
-docs/claims.yaml with the results cells it rests on, and each cell carries the marker the sentence implies."""
+"""Claims no stronger than their tests: every comparative sentence of README.md, docs/objectives.md and
+docs/experiments.md is listed in docs/claims.yaml with the results cells it rests on, and each cell carries the
+marker the sentence implies."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 CLAIMS = yaml.safe_load((REPO / "docs" / "claims.yaml").read_text(encoding="utf-8"))
 #: The pages whose comparative sentences must each be a listed claim.
-CHECKED_PAGES = ("README.md", "docs/objectives.md")
+CHECKED_PAGES = ("README.md", "docs/objectives.md", "docs/experiments.md")
 OBJECTIVE = re.compile(r"\b(singlelh|rand1lh|jointlh|summarglh|lsepair|recontriever|jointlh_weighted|infonce)\b", re.I)
 COMPARATIVE = re.compile(r"\b(better|worse|best|default|second|robust|significant\w*|beats?|above|below|wins?|"
                          r"level|ahead|steeper|flatter|faster|slower)\b", re.I)
@@ -36,8 +37,8 @@ def _blocks(page: str) -> list[str]:
 
 
 def _clauses(block: str) -> list[str]:
-    """A block cut into clauses at ``. `` and ``; `` (outside link targets), questions left out."""
-    parts = re.split(r"(?<=[.;])\s+(?![^()]*\))", block)
+    """A block cut into clauses at ``. ``, ``; `` and ``? `` (outside link targets), questions left out."""
+    parts = re.split(r"(?<=[.;?])\s+(?![^()]*\))", block)
     return [p for p in parts if p.strip() and not p.rstrip().endswith("?")]
 
 
