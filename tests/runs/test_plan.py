@@ -1,20 +1,32 @@
-"""multipos.runs.plan: what make train prints before it starts."""
+"""multipos.runs.plan: what make train prints before it starts, with an estimate measured on this machine."""
 
 from __future__ import annotations
 
-from multipos.runs.plan import MEASURED_MINUTES, estimate_minutes, main
+import pytest
+
+from multipos.runs import plan, speed
 
 
-def test_the_estimate_is_the_measured_time_for_three_cold_seeds_and_less_when_warm_or_fewer():
-    for kind, minutes in MEASURED_MINUTES.items():
-        assert estimate_minutes(kind, warm=False, seeds=3) == minutes
-        assert estimate_minutes(kind, warm=True, seeds=3) < minutes
-        assert estimate_minutes(kind, warm=False, seeds=1) < minutes
-    assert estimate_minutes("cpu-fp32", False) > estimate_minutes("cpu-bf16", False) > estimate_minutes("gpu", False)
+def test_the_plan_names_the_job_the_seeds_and_an_estimate_from_this_machines_speed(assets, monkeypatch, capsys):
+    measured = []
 
+    def fake_measure(job, bf16):
+        measured.append(job)
+        return speed.Speed(passages_per_s={c.name: 50.0 for c in job.corpora}, step_s=0.5, queries_per_s=200.0,
+                           precision="bf16" if bf16 else "fp32", measured_at="2026-12-02 10:00", measuring_s=12.0)
 
-def test_the_plan_names_the_job_the_seeds_and_the_expected_time(capsys):
-    assert main(["--seeds", "42"]) == 0
+    monkeypatch.setattr(speed, "measure", fake_measure)
+    assert plan.main(["--seeds", "42"]) == 0
     out = capsys.readouterr().out
     assert "query-side fine-tuning of all-MiniLM-L6-v2 on NFCorpus" in out and "1 seed(s)" in out
-    assert "expected wall time" in out and " min" in out
+    job = measured[0]
+    expected = speed.predict(job, fake_measure(job, False))
+    assert f"expected wall time: about {expected['total'] / 60:.0f} min" in out
+    assert "from this machine's speed (measured now in 12 s" in out and "training step of 64 queries 0.50 s" in out
+    assert {c.name for c in job.corpora} >= {"trec_dl19", "trec_dl20"} and job.epochs == 9 and job.seeds == 1
+
+
+def test_no_measure_prints_the_plan_alone(assets, monkeypatch, capsys):
+    monkeypatch.setattr(speed, "measure", lambda *a, **k: pytest.fail("measured"))
+    assert plan.main(["--no-measure"]) == 0
+    assert "expected wall time" not in capsys.readouterr().out

@@ -57,16 +57,16 @@ def _regime_problem(overrides: list[str], gold: int, silver: int) -> str | None:
             "with --gold-grades / --silver-grades (BEIR qrels) or --gold-positives (Tevatron)")
 
 
-def _estimate(prepared, budget_min: float, seeds: int, bf16: bool) -> str:
-    """A rough wall-time estimate from the data's size (basis printed with it): encoding at about 7,000 (fp32) or
-    17,000 (bf16) tokens a second on 2 cores (all-MiniLM-L6-v2, ../shared/MACHINE-NOTES.md), then a query-side
-    step of about 0.5 s per 64 training queries, 9 epochs a seed."""
-    tokens = prepared.counts["passages"] * prepared.passage_max_length * 0.6  # mean text is shorter than the cap
-    encode_min = tokens / (17_000 if bf16 else 7_000) / 60
-    train_min = seeds * 9 * max(1, prepared.counts["train_queries"] // 64) * 0.5 / 60
-    total = encode_min + budget_min + train_min
-    return (f"about {total:.0f} min on a 2-core CPU ({encode_min:.0f} min encoding the corpus once, {budget_min:.0f} "
-            f"min of recipe search, {train_min:.0f} min training {seeds} seeds; a GPU is many times faster)")
+def _estimate(overrides: list[str], budget_min: float, seeds: int, bf16: bool) -> str:
+    """The wall-time estimate of ``run``, from this machine's speed (:mod:`multipos.runs.speed`: timed batches of
+    encoding the prepared corpus and of a training step, cached): encoding, the search budget, then ``seeds`` seeds
+    of the main job's 9 epochs (the recipe's epochs are not known before the search)."""
+    from multipos.runs.plan import describe_estimate
+    from multipos.runs.speed import job_from_config, measure, predict
+
+    job = job_from_config(compose_train(["experiment=own_data", *overrides]), seeds=seeds, epochs=9)
+    speed = measure(job, bf16=bf16)
+    return describe_estimate(predict(job, speed), speed, job, warm=False, search_min=budget_min)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or REPO_ROOT / "multirun" / f"own_data-{prepared.folder.name}"
     print(f"plan: query-side fine-tuning of {args.model} (every corpus passage a candidate); recipe search on dev for "
           f"{args.budget_min:.0f} min, then {len(seeds)} seeds of the best recipe, scored on test next to BM25 and the "
-          f"zero-shot start, into {out}\n  {_estimate(prepared, args.budget_min, len(seeds), native_bf16())}")
+          f"zero-shot start, into {out}\n  expected wall time: "
+          f"{_estimate(overrides, args.budget_min, len(seeds), native_bf16())}")
     start = time.time()
     recipe: dict = {}
     if args.budget_min > 0:
