@@ -1,0 +1,102 @@
+"""Fast corpus encoding without native bf16: fp32 against dynamic int8 quantisation of the encoder's linear layers.
+
+On a CPU without AVX512-BF16 / AMX, multipos encodes the frozen index and the evaluation corpora in fp32 (bf16 is
+emulated there and many times slower). This benchmark measures the one candidate available without a new library,
+``torch.ao.quantization.quantize_dynamic`` (int8 weights, activations quantised per batch, ``nn.Linear`` only), against
+fp32, each encoding the full NFCorpus and TREC DL 2019 / 2020 sub-corpora (256 tokens, batch 64, length-sorted as
+``multipos.retrieval.encoding.encode`` does), for the zero-shot start and, with ``--trained``, one trained seed (a
+``model/`` folder of ``make train``). For every (model, set, path): passages a second and test nDCG@10; then the
+largest |nDCG@10(int8) - nDCG@10(fp32)| and the speed-up. The issue's rule: adopt int8 only where that gap is at
+most 0.002 on every set (docs/reliability.md). Sequence packing is not a candidate for encoding: the length-sorted
+batches already carry 1.06 tokens through the encoder per real token (``multipos.retrieval.encoding``).
+
+    MULTIPOS_BF16=0 python bench/bench_encoding_paths.py [--trained multirun/default-cpu/seed=42/model]
+        [--sets nfcorpus_test,trec_dl19,trec_dl20] [--paths fp32,int8]
+
+Appends one JSON line to ``bench/results/encoding_paths.jsonl``. Takes about 40 min per model on the 2-core machine
+(fp32 about two thirds of it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import append_result, machine_info  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "encoding_paths.jsonl"
+SETS = {"nfcorpus_test": ("nfcorpus", 1), "trec_dl19": ("trec-dl-2019", 2), "trec_dl20": ("trec-dl-2020", 2)}
+TOLERANCE = 0.002
+
+
+def int8_copy(model):
+    """A copy of ``model`` (a DualEncoder) whose encoders' ``nn.Linear`` layers are dynamically quantised to int8."""
+    import torch
+    from torch.ao.quantization import quantize_dynamic
+
+    out = copy.deepcopy(model).eval()
+    out.query_encoder = quantize_dynamic(out.query_encoder, {torch.nn.Linear}, dtype=torch.qint8)
+    out.passage_encoder = out.query_encoder if model.shared else quantize_dynamic(
+        out.passage_encoder, {torch.nn.Linear}, dtype=torch.qint8)
+    return out
+
+
+def score(model, name: str) -> tuple[float, float]:
+    """(passages a second, test nDCG@10) of ``model`` on the set ``name`` (fp32 autocast off, no cache)."""
+    from multipos.evaluation.sets import EvalSet
+    from multipos.retrieval.dense import dense_run
+
+    path, threshold = SETS[name]
+    eval_set = EvalSet(name=name, path=path, split="test", relevance_threshold=threshold,
+                       metrics=["ndcg@10"])
+    data = eval_set.load()
+    start = time.perf_counter()
+    run = dense_run(model, data, k=1000, batch_size=64, bf16=False, passage_max_length=256, cache=None,
+                    progress=False, device=None)
+    seconds = time.perf_counter() - start
+    means, _ = eval_set.score(eval_set.clean(run), data)[name]
+    return len(data.corpus) / seconds, float(means["ndcg@10"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trained", default=None, help="a trained model/ folder (one seed of make train)")
+    ap.add_argument("--sets", default=",".join(SETS))
+    ap.add_argument("--paths", default="fp32,int8")
+    args = ap.parse_args(argv)
+    from multipos.model.encoder import DualEncoder
+
+    models = {"zero-shot": "all-MiniLM-L6-v2", **({"trained": args.trained} if args.trained else {})}
+    rows = []
+    for label, path in models.items():
+        base = DualEncoder(path, pooling="mean", normalize=True).eval()
+        variants = {"fp32": base, "int8": int8_copy(base) if "int8" in args.paths else None}
+        for name in args.sets.split(","):
+            for kind in args.paths.split(","):
+                rate, ndcg = score(variants[kind], name)
+                rows.append({"model": label, "set": name, "path": kind, "passages_per_s": round(rate, 2),
+                             "ndcg@10": round(ndcg, 4)})
+                print(json.dumps(rows[-1]), flush=True)
+    gaps, speedups = [], []
+    for r in rows:
+        if r["path"] == "fp32":
+            continue
+        ref = next(x for x in rows if x["path"] == "fp32" and x["model"] == r["model"] and x["set"] == r["set"])
+        gaps.append(abs(r["ndcg@10"] - ref["ndcg@10"]))
+        speedups.append(r["passages_per_s"] / ref["passages_per_s"])
+    record = {**machine_info(), "bench": "encoding_paths", "rows": rows,
+              "max_ndcg_gap": round(max(gaps), 4) if gaps else None,
+              "speedup_min": round(min(speedups), 2) if speedups else None,
+              "within_tolerance": bool(gaps) and max(gaps) <= TOLERANCE}
+    append_result(RESULTS, record)
+    print(json.dumps({k: record[k] for k in ("max_ndcg_gap", "speedup_min", "within_tolerance")}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
