@@ -24,7 +24,8 @@ A setting that changes nothing is not added. A new optional feature whose off va
 reads whole, such as ``data.source``) enters the spec only when it is set, so earlier runs keep their keys. Any other
 setting that changes what runs compute is added here, with the value that computes what earlier runs computed as
 its default, and :data:`SPEC_VERSION` is raised; ``python -m multipos.runs.migrate <sweep dir>`` then re-keys
-finished runs from their own ``.hydra/config.yaml``.
+finished runs from their own ``.hydra/config.yaml``. A setting left out is declared in :data:`NOT_IN_SPEC` with the
+reason: a test fails for any setting that is neither (tests/runs/test_spec_coverage.py).
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ from multipos.losses import SOFT_OBJECTIVES
 from multipos.training.stages import DEFAULTS as STAGE_DEFAULTS
 from multipos.training.stages import plan
 
-__all__ = ["SPEC_VERSION", "SPEC_FILE", "RunSpec", "run_spec", "run_key", "spec_from_plain", "evaluates_only",
-           "evaluation_spec", "digest"]
+__all__ = ["SPEC_VERSION", "SPEC_FILE", "NOT_IN_SPEC", "RunSpec", "run_spec", "run_key", "spec_from_plain",
+           "evaluates_only", "evaluation_spec", "digest"]
 
 #: Version of the spec's layout: raised whenever a field is added, removed or renamed. 2: runs that train nothing have
 #: evaluation specs (:func:`evaluation_spec`); the regime is the stages' alone (no ``data.regime``).
@@ -66,6 +67,63 @@ TRAINER_FIELDS = ("accelerator", "precision", "max_epochs", "max_steps", "gradie
 EVAL_FIELDS = ("k", "bf16", "passage_max_length", "index", "references", "average")
 #: ``eval.faiss`` fields that change an approximate search's results.
 FAISS_FIELDS = ("hnsw_m", "ef_search", "nlist", "nprobe")
+
+
+#: Every setting of a composed config that is not part of the spec, as ``fnmatch`` patterns over dotted leaf paths,
+#: each with why it changes nothing a run computes. tests/runs/test_spec_coverage.py composes every study cell and the
+#: main job, changes each leaf in turn and fails for a leaf that changes no key and matches none of these patterns
+#: (a new setting must be put in the spec or declared here), or that changes the key and matches one.
+NOT_IN_SPEC = {
+    "paths.*": "where a run writes",
+    "run_name": "the run folder's name",
+    "experiment_name": "the study's name (its sweep folder)",
+    "logger.*": "where and how training is logged",
+    "report": "how a study is rendered (none here)",
+    "report.*": "how a study is rendered",
+    "optimized_metric": "the result a Hydra Optuna sweep reads back",
+    "run_file": "evaluate.py scores the given TREC run as it is, with no spec and no run folder key",
+    "resume": "whether a run folder is continued or trained again",
+    "reuse_equivalent": "whether a finished equivalent run is copied instead of trained",
+    "prepare_only": "stops a run before training; the same command then continues it",
+    "keep_checkpoints": "whether resume checkpoints are kept after the run",
+    "callbacks.model_checkpoint.every_n_train_steps": "extra resume checkpoints mid-epoch",
+    "callbacks.model_checkpoint.filename": "a checkpoint file's name",
+    "callbacks.model_checkpoint.save_last": "a link to the newest checkpoint",
+    "trainer.enable_progress_bar": "terminal output",
+    "trainer.log_every_n_steps": "logging frequency",
+    "trainer.num_sanity_val_steps": "Lightning's validation loop is unused (dev retrieval is a callback)",
+    "trainer.limit_val_batches": "Lightning's validation loop is unused (dev retrieval is a callback)",
+    "trainer.reload_dataloaders_every_n_epochs": "each batch index carries its epoch (EpochSampler): no batch changes",
+    "*._target_": "the class, not what it computes (the loss by loss.name, the rest by their settings)",
+    "*._partial_": "how Hydra instantiates the class",
+    "threads": "torch threads: speed",
+    "parallel_jobs": "runs side by side: speed",
+    "pack_sequences": "padding-free CPU batches: the same embeddings up to rounding (multipos.model.packing)",
+    "return_freed_memory": "when freed memory goes back to the OS",
+    "data.num_workers": "tokenisation processes: speed",
+    "data.name": "the data's label in logs; the data themselves are data.source",
+    "eval.batch_size": "encoding batch size: the same embeddings up to rounding",
+    "passages.chunk_size": "frozen-index scoring in chunks: speed and memory",
+    "passages.index": "none: two-tower training has no frozen index (its settings enter the spec where there is one)",
+    "passages.index.batch_size": "frozen-index encoding batch size: speed",
+    "callbacks.negative_refresh.batch_size": "re-mining encoding batch size: speed",
+    "module.grad_cache_chunk_size": "GradCache chunks: the same gradient up to rounding (multipos.training.grad_cache)",
+    "module.optimizer.fused": "one AdamW kernel instead of several: the same update up to rounding",
+    "eval.faiss.shard_size": "exact top-k merged across index shards",
+    "eval.faiss.use_gpu": "where FAISS searches",
+    "model.trust_remote_code": "permission to run a checkpoint's own code",
+    "objective": "a study's selector: the loss it names is in the spec",
+    "ratio": "a study's selector: the group size and M it names are in the spec",
+    "negative_filter": "a study's selector: the filter it names is in data.source",
+    "labels": "a study's selector: the qrels file it names is in data.source",
+    "budget": "a study's selector: the budget it names is data.budget",
+    "data_path": "own data: read as data.source.path",
+    "size.*": "scale presets, read through interpolations into settings in the spec",
+    "budgets.*": "Table 7's budgets, read through the budget selector",
+    "ratios.*": "the ratio figure's cells, read through the ratio selector",
+    "negative_filters.*": "the negative-filter study's cells, read through its selector",
+    "label_sets.*": "the closed-loop study's label sets, read through the labels selector",
+}
 
 
 def _plain(node: Any) -> Any:
@@ -221,10 +279,18 @@ def spec_from_plain(plain: Mapping) -> RunSpec:
         "callbacks": _callbacks(plain.get("callbacks"), bool(source.get("negative_refresh_epochs"))),
     }
     optimization["optimizer"].pop("fused", None)  # one kernel instead of several: the same update up to rounding
+    trainer = plain.get("trainer") or {}
+    clipping = {k: module[k] for k, default in (("gradient_clip_val", None), ("gradient_clip_algorithm", "norm"))
+                if k in module and module[k] != trainer.get(k, default)}
+    if clipping:  # GradCache clips in the module: a value of its own, not the trainer's it copies by default
+        optimization["module_clipping"] = clipping
+    model = _pick(plain.get("model"), MODEL_FIELDS)
+    if (plain.get("model") or {}).get("prefer_saved") is False:  # the given settings over a checkpoint's saved ones
+        model["prefer_saved"] = False
     return RunSpec(
         seed=plain["seed"],
         init_from=plain.get("init_from"),
-        model=_pick(plain.get("model"), MODEL_FIELDS),
+        model=model,
         data={**_pick(data, DATA_FIELDS), "source": source},
         objective={k: v for k, v in _plain(plain.get("loss") or {}).items() if k != "kind"},
         optimization=optimization,
