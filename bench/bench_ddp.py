@@ -39,7 +39,8 @@ def missing() -> list[str]:
         out.append("conf/trainer/ddp.yaml (trainer=ddp)")
     from multipos.training.module import RetrieverModule
 
-    if "grad_cache_chunk_size" not in inspect.signature(RetrieverModule).parameters:
+    build = getattr(RetrieverModule, "from_config", RetrieverModule)  # conf/module's target
+    if "grad_cache_chunk_size" not in inspect.signature(build).parameters:
         out.append("RetrieverModule(grad_cache_chunk_size=...) (module.grad_cache_chunk_size)")
     return out
 
@@ -89,8 +90,8 @@ def worker(args) -> None:
     if chunk:  # manual optimization: the module clips (as train.py arranges it)
         cfg["gradient_clip_val"] = None
     trainer = instantiate(cfg, callbacks=[timer])
-    module = RetrieverModule(multipos_model(data), ContrastiveLoss("singlelh"), scheduler=None,
-                             grad_cache_chunk_size=chunk, gradient_clip_val=clip if chunk else None)
+    module = RetrieverModule.from_config(multipos_model(data), ContrastiveLoss("singlelh"), scheduler=None,
+                                         grad_cache_chunk_size=chunk, gradient_clip_val=clip if chunk else None)
     trainer.fit(module, datamodule=dm)
     peak_gpu = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else None
     Path(f"{args.out}.rank{trainer.global_rank}.json").write_text(json.dumps({

@@ -82,7 +82,7 @@ def multipos_fit(data, device, batch: int, group: int, steps: int, phases: Phase
     trainer = instantiate(cfg, max_steps=steps, max_epochs=-1, enable_checkpointing=False, enable_progress_bar=False,
                           enable_model_summary=False, logger=CSVLogger(tempfile.mkdtemp(prefix="multipos-bench-csv-")),
                           callbacks=[Marks()])
-    module = RetrieverModule(multipos_model(data), ContrastiveLoss("singlelh"), scheduler=None)
+    module = RetrieverModule(multipos_model(data), ContrastiveLoss("singlelh"))  # constant lr
     sync(device)
     start = phases.start = time.perf_counter()
     trainer.fit(module, datamodule=dm)

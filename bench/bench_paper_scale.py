@@ -71,7 +71,7 @@ def two_tower(data, folder: str, device, bf16: bool, rounds: int, res: dict, B: 
             break
     model = DualEncoder(folder, pooling="cls", normalize=False, temperature=1.0, query_max_length=16,
                         passage_max_length=128)
-    module = RetrieverModule(model.to(device), ContrastiveLoss("singlelh"), scheduler=None).train()
+    module = RetrieverModule(model.to(device), ContrastiveLoss("singlelh")).train()  # constant lr
     opt = module.configure_optimizers()
     params = [p for p in module.parameters() if p.requires_grad]
 

@@ -239,7 +239,7 @@ def step_times(args, rows, corpus, queries, device, bf16: bool, model_path: Path
     groups = [builder.build(q, q.positives("all"), 0) for q in queries[:n]]
     de = DualEncoder(str(model_path), pooling="mean", normalize=True, temperature=args.temperature,
                      query_max_length=QUERY_LEN, passage_max_length=PASSAGE_LEN, attention_dropout=0.0).to(device)
-    module = RetrieverModule(de, ContrastiveLoss("jointlh"), scheduler=None).train()
+    module = RetrieverModule(de, ContrastiveLoss("jointlh")).train()  # constant lr
     mp_batch = GroupCollator(de.tokenizer, corpus, query_max_length=QUERY_LEN, passage_max_length=PASSAGE_LEN)(groups)
     mp_batch = mp_batch.to(device)
     mp_opt = module.configure_optimizers()

@@ -79,8 +79,8 @@ def multipos_step(data: BenchData, device, bf16: bool, attention_dropout: float 
     from multipos.losses import ContrastiveLoss
     from multipos.training.module import RetrieverModule
 
-    module = RetrieverModule(multipos_model(data, attention_dropout).to(device), ContrastiveLoss("singlelh"),
-                             scheduler=None).train()
+    module = RetrieverModule(multipos_model(data, attention_dropout).to(device),  # a constant lr
+                             ContrastiveLoss("singlelh")).train()
     opt = module.configure_optimizers()
     params = [p for p in module.parameters() if p.requires_grad]
 
@@ -266,7 +266,7 @@ def lightning_loop(data: BenchData, dm, device, steps: int, log_steps: bool = Tr
                           logger=CSVLogger(tempfile.mkdtemp(prefix="multipos-bench-csv-")))
     mixins = (() if log_steps else (_UnloggedModule,)) + ((_EveryStepLoggedModule,) if log_every_step else ())
     cls = type("BenchRetrieverModule", (*mixins, RetrieverModule), {}) if mixins else RetrieverModule
-    module = cls(multipos_model(data), ContrastiveLoss("singlelh"), scheduler=None)
+    module = cls(multipos_model(data), ContrastiveLoss("singlelh"))  # a constant lr
     if isinstance(dm, list):
         trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader(cycled(dm, steps), batch_size=None,
                                                                           shuffle=False))

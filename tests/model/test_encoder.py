@@ -13,7 +13,7 @@ from multipos.data.datamodule import MultiPosDataModule
 from multipos.data.sources import BeirGradedSource
 from multipos.losses import ContrastiveLoss
 from multipos.model.encoder import DualEncoder, pool
-from multipos.training.module import RetrieverModule
+from multipos.training.module import OptimizerSettings, RetrieverModule
 
 
 def test_pool_cls_and_mean():
@@ -99,7 +99,7 @@ def test_training_step_reduces_loss(tiny_beir, tiny_bert):
     batch = next(iter(dm.train_dataloader()))
     model = DualEncoder(str(tiny_bert), pooling="cls", normalize=False, temperature=1.0)
     model.eval()  # no dropout: a deterministic descent check
-    module = RetrieverModule(model, ContrastiveLoss("lsepair"), lr=5e-3)
+    module = RetrieverModule(model, ContrastiveLoss("lsepair"), optimizer=OptimizerSettings(lr=5e-3))
     opt = torch.optim.AdamW(module.parameters(), lr=5e-3)
     losses = []
     for _ in range(8):

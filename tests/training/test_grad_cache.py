@@ -18,7 +18,13 @@ import torch
 
 from multipos.losses import OBJECTIVES, SINGLE_POSITIVE, ContrastiveLoss
 from multipos.training.grad_cache import chunks, grad_cache_step
-from multipos.training.module import RetrieverModule, linear_warmup_decay
+from multipos.training.module import (
+    GradCacheSettings,
+    OptimizerSettings,
+    RetrieverModule,
+    ScheduleSettings,
+    linear_warmup_decay,
+)
 from tests.training.test_distributed import TOL, cases, make_batch, make_groups, run_gloo, tiny_encoder
 
 
@@ -88,7 +94,7 @@ def test_chunk_size_must_be_positive(tiny_bert):
     with pytest.raises(ValueError, match="grad_cache_chunk_size"):
         chunks({"input_ids": torch.zeros(3, 2)}, 0)
     with pytest.raises(ValueError, match="grad_cache_chunk_size"):
-        RetrieverModule(tiny_encoder(tiny_bert), ContrastiveLoss("lsepair"), grad_cache_chunk_size=0)
+        RetrieverModule(tiny_encoder(tiny_bert), ContrastiveLoss("lsepair"), grad_cache=GradCacheSettings(0))
 
 
 class _Outputs(L.Callback):
@@ -118,9 +124,9 @@ def _fit(tiny_beir, tiny_bert, chunk_size, steps: int, checkpoints=None, resume=
     dm = _datamodule(tiny_beir, tiny_bert, batch_size=2, seed=0)  # 5 training queries: 2 steps per epoch
     clip = 0.05  # below the tiny model's gradient norm: clipping is active
     module = RetrieverModule(tiny_encoder(tiny_bert), ContrastiveLoss("lsepair"),
-                             optimizer=partial(torch.optim.SGD, lr=0.5), scheduler=linear_warmup_decay,
-                             warmup_ratio=0.5, schedule_total=4, grad_cache_chunk_size=chunk_size,
-                             gradient_clip_val=clip)
+                             optimizer=OptimizerSettings(partial(torch.optim.SGD, lr=0.5)),
+                             schedule=ScheduleSettings(linear_warmup_decay, warmup_ratio=0.5, total=4),
+                             grad_cache=GradCacheSettings(chunk_size, gradient_clip_val=clip))
     seen = _Outputs()
     callbacks = [seen] + ([ModelCheckpoint(dirpath=checkpoints, filename="{step}", every_n_train_steps=1,
                                            save_top_k=-1)]

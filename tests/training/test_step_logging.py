@@ -1,7 +1,6 @@
 """The module logs ``train/loss`` and ``train/lr`` only on the steps whose values can reach a logger or the progress
-bar (:meth:`multipos.training.module.RetrieverModule._logs_this_step`), and what the loggers write is what logging at
-every
-step wrote."""
+bar (:meth:`multipos.training.module.RetrieverModule._logs_this_step`, from the trainer's public attributes), and what
+the loggers write is what logging at every step wrote."""
 
 from __future__ import annotations
 
@@ -9,6 +8,7 @@ from csv import DictReader
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from multipos.train import train
 from multipos.training.module import RetrieverModule
@@ -68,4 +68,21 @@ def test_logging_only_the_logged_steps_writes_the_rows_that_logging_every_step_w
 
 def test_a_step_logs_outside_a_trainer():
     """Without a trainer (a module used on its own) nothing says which steps are written: every step logs."""
-    assert RetrieverModule._logs_this_step(SimpleNamespace(_trainer=None)) is True
+    assert RetrieverModule(torch.nn.Linear(2, 2), None)._logs_this_step() is True
+
+
+def test_the_logged_steps_come_from_the_trainers_public_attributes():
+    """Lightning's ``should_update_logs`` (every ``log_every_n_steps`` optimizer steps, or when training stops), a
+    ``fast_dev_run`` or an epoch's last batch, read from a stand-in trainer that has nothing but those public
+    attributes: no private Lightning attribute is read."""
+    module = RetrieverModule(torch.nn.Linear(2, 2), None)
+
+    def logs(**attributes) -> bool:
+        module._trainer = SimpleNamespace(**{"fast_dev_run": False, "is_last_batch": False, "should_stop": False,
+                                             "log_every_n_steps": 3, "global_step": 0, **attributes})
+        return module._logs_this_step()
+
+    assert [logs(global_step=s) for s in range(6)] == [False, False, True, False, False, True]
+    assert logs(is_last_batch=True) and logs(should_stop=True) and logs(fast_dev_run=1)
+    assert not logs(log_every_n_steps=0, global_step=2) and not logs(log_every_n_steps=0, should_stop=True)
+    assert logs(log_every_n_steps=0, is_last_batch=True)

@@ -25,7 +25,7 @@ from multipos.losses import ContrastiveLoss
 from multipos.training.callbacks import LoggedProgressBar, RNGStateCheckpoint, check_refresh_callback
 from multipos.training.distributed import is_rank_zero
 from multipos.training.loggers import log_config
-from multipos.training.module import restore_frozen_passage_encoder
+from multipos.training.module import PassageSettings, StageSettings, restore_frozen_passage_encoder
 from multipos.training.stages import Stage
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ class FitPlan:
     """How every stage of a run is trained: the run folder ``out`` and the config nodes instantiated for each stage
     as they are — ``trainer`` (a Lightning Trainer), ``callbacks``, ``logger`` (None: no logger), ``loss`` (a
     :class:`multipos.losses.ContrastiveLoss`, named per stage) and ``module`` (a partial
-    :class:`multipos.training.module.RetrieverModule`); ``passages``: the module's passage-side settings of
+    :meth:`multipos.training.module.RetrieverModule.from_config`); ``passages``: the module's passage-side settings of
     query-side fine-tuning (``candidates``, ``chunk_size``; empty for two-tower training); ``config_record``: the
     resolved config a W&B logger records (:func:`multipos.training.loggers.log_config`)."""
 
@@ -200,11 +200,11 @@ def run_stage(plan: FitPlan, parts: TrainingParts, run: StageRun) -> tuple[dict 
     if not isinstance(objective, ContrastiveLoss):
         raise TypeError(f"loss._target_={plan.loss.get('_target_')!r} built {type(objective).__name__}, "
                         "not a multipos.losses.ContrastiveLoss")
-    passages = {"passage_index": parts.index, **plan.passages} if parts.index is not None else {}
-    module = instantiate(plan.module)(model=model, loss=objective, lr=stage.lr, schedule_offset=span[0],
-                                      schedule_total=span[1] or None,
-                                      optimizer_state=optimizer_state if stage.optimizer == "carry" else None,
-                                      **passages)
+    # conf/module's target is RetrieverModule.from_config: the node's keys, then the stage's and the passage side's
+    stage_settings = StageSettings(lr=stage.lr, schedule_offset=span[0], schedule_total=span[1] or None,
+                                   optimizer_state=optimizer_state if stage.optimizer == "carry" else None)
+    passages = PassageSettings(index=parts.index, **plan.passages) if parts.index is not None else PassageSettings()
+    module = instantiate(plan.module)(model=model, loss=objective, stage=stage_settings, passages=passages)
     # manual optimization (GradCache) clips in the module: Lightning refuses Trainer(gradient_clip_val) with it
     manual = {} if module.automatic_optimization else {"gradient_clip_val": None}
     trainer = build_trainer(plan, stage.epochs, [*callbacks, RNGStateCheckpoint()],

@@ -35,7 +35,9 @@ from torch.utils.checkpoint import get_device_states, set_device_states
 
 __all__ = ["ChunkRNG", "chunks", "cached_embeddings", "grad_cache_step"]
 
+#: Tokenizer output: tensors [n, L] (``input_ids``, ``attention_mask``).
 Tokens = dict[str, Tensor]
+#: An encoder side: tokens [n, L] → embeddings [n, H] (``DualEncoder.encode_queries`` / ``encode_passages``).
 Encoder = Callable[[Tokens], Tensor]
 
 
@@ -94,7 +96,9 @@ def grad_cache_step(parts: Sequence[tuple[Encoder, Tokens]], loss_fn: Callable[.
             (encode_passages, passage tokens [B·G, Lp])]``; each encoder maps tokens to embeddings [n, H].
         loss_fn: called with one embedding leaf tensor per part ([B, H], [B·G, H]) → (scalar loss, aux): the loss
             whose parameter gradient is wanted (including any scaling for data-parallel averaging), and anything
-            the caller wants back (e.g. scores and masks).
+            the caller wants back (e.g. scores and masks). In training it is
+            :meth:`multipos.training.module.RetrieverModule.scores_loss` of the passage side's scores, the same
+            scores-to-loss step as without GradCache.
         chunk_size: rows per re-forward chunk (``module.grad_cache_chunk_size``).
         backward: runs the backward of a chunk's surrogate (default ``Tensor.backward``; in Lightning
             ``LightningModule.manual_backward``, which applies precision scaling and DDP's gradient sync).

@@ -1,9 +1,25 @@
-"""LightningModule: dual encoder + contrastive objective, optimizer and schedule from config (``conf/module``)."""
+"""LightningModule: dual encoder + contrastive objective, optimizer and schedule from config (``conf/module``).
+
+One path from scores to loss. Every passage side ends in the same :class:`Scores` (the local queries' scores against
+their candidates, the two masks, the soft targets, the loss scale under DDP):
+
+* two-tower training: the batch's passages encoded, gathered from every rank (:meth:`RetrieverModule.in_batch_scores`);
+* query-side fine-tuning over a frozen index, ``candidates=group``: the same, the passages looked up by corpus row;
+* ``candidates=corpus``: every corpus passage, as the exact reduced problem of
+  :mod:`multipos.training.corpus_candidates` (:meth:`RetrieverModule.corpus_candidate_scores`);
+
+and :meth:`RetrieverModule.scores_loss` turns it into the loss and the step's outputs. GradCache
+(:mod:`multipos.training.grad_cache`) changes only how the embeddings are computed: its representation-gradient
+pass calls the same :meth:`RetrieverModule.scores_loss` on cached embeddings. The module's settings are typed
+(:class:`OptimizerSettings`, :class:`ScheduleSettings`, :class:`GradCacheSettings`, :class:`PassageSettings`), built
+from ``conf/module`` and the stage (:class:`StageSettings`) in one place, :meth:`RetrieverModule.from_config`.
+"""
 
 from __future__ import annotations
 
 import warnings
 from contextlib import nullcontext
+from dataclasses import dataclass
 from functools import partial
 from typing import Callable
 
@@ -11,6 +27,7 @@ import lightning as L
 import torch
 from lightning.pytorch.plugins.precision import MixedPrecision, Precision
 from lightning.pytorch.utilities import GradClipAlgorithmType
+from torch import Tensor
 
 from multipos.data.collate import Batch
 from multipos.data.groups import group_targets
@@ -25,7 +42,7 @@ from multipos.training.corpus_candidates import (
     resolve_chunk_size,
 )
 from multipos.training.embedding_gradients import RowSparseEmbeddingGrads
-from multipos.training.grad_cache import grad_cache_step
+from multipos.training.grad_cache import Encoder, Tokens, grad_cache_step
 from multipos.training.passage_index import FrozenPassageIndex
 
 #: ``passages.candidates``: ``group`` (each query's G-passage group plus in-batch negatives) or ``corpus`` (every
@@ -83,100 +100,250 @@ def restore_frozen_passage_encoder(model: DualEncoder, checkpoint: dict, source:
         state.setdefault(PASSAGE_PREFIX + name, tensor)
 
 
+@dataclass(frozen=True)
+class OptimizerSettings:
+    """The optimizer of one training stage (:meth:`RetrieverModule.configure_optimizers`).
+
+    Attributes:
+        factory: ``_partial_`` optimizer factory called with parameter groups (``module.optimizer``:
+            ``torch.optim.AdamW`` with lr and weight decay; biases and LayerNorm weights get no decay). None (the
+            default) is AdamW with lr 2e-5 and weight decay 0.01.
+        lr: the stage's peak learning rate (``stages.<name>.lr``), or None for the factory's.
+        state: the optimizer ``state_dict`` the previous stage left (``stages.<name>.optimizer: carry``), or None.
+    """
+
+    factory: Callable | None = None
+    lr: float | None = None
+    state: dict | None = None
+
+    def __post_init__(self):
+        if self.factory is None:
+            object.__setattr__(self, "factory", partial(torch.optim.AdamW, lr=2e-5, weight_decay=0.01))
+
+
+@dataclass(frozen=True)
+class ScheduleSettings:
+    """The learning-rate schedule of one training stage.
+
+    Attributes:
+        factory: ``_partial_`` factory ``(optimizer, num_warmup_steps, num_training_steps) -> LRScheduler``
+            (``module.scheduler``) stepped every optimizer step, or None (the default) for a constant learning rate.
+        warmup_ratio: share of the schedule's steps used for warm-up (``module.warmup_ratio``).
+        offset, total: where this stage starts in its schedule and the schedule's length in optimizer steps
+            (:func:`multipos.training.stages.schedule_spans`); ``total=None``: this fit's steps.
+
+    Raises:
+        ValueError: ``warmup_ratio`` outside [0, 1).
+    """
+
+    factory: Callable | None = None
+    warmup_ratio: float = 0.1
+    offset: int = 0
+    total: int | None = None
+
+    def __post_init__(self):
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise ValueError(f"module.warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+
+
+@dataclass(frozen=True)
+class GradCacheSettings:
+    """GradCache (:mod:`multipos.training.grad_cache`) and the gradient clipping that comes with it.
+
+    Attributes:
+        chunk_size: None (plain training: one forward/backward of the batch, Lightning's automatic optimization) or
+            the rows per chunk (``module.grad_cache_chunk_size``; manual optimization: the same gradient with the
+            activation memory of one chunk).
+        gradient_clip_val, gradient_clip_algorithm: clipping applied by the module under GradCache (Lightning refuses
+            ``Trainer(gradient_clip_val=...)`` with manual optimization; ``conf/module/retriever.yaml`` takes both
+            from ``trainer``, and the trainer is then built without them). Plain training leaves clipping to the
+            trainer and ignores these.
+
+    Raises:
+        ValueError: ``chunk_size`` < 1.
+    """
+
+    chunk_size: int | None = None
+    gradient_clip_val: float | None = None
+    gradient_clip_algorithm: str = "norm"
+
+    def __post_init__(self):
+        if self.chunk_size is None:
+            return
+        if int(self.chunk_size) < 1:
+            raise ValueError(f"module.grad_cache_chunk_size must be >= 1 or null (no GradCache), got {self.chunk_size}")
+        object.__setattr__(self, "chunk_size", int(self.chunk_size))
+
+
+@dataclass(frozen=True)
+class PassageSettings:
+    """The passage side of training (``passages``).
+
+    Attributes:
+        index: query-side fine-tuning (``passages=frozen_index``): the frozen corpus embeddings
+            (:class:`~multipos.training.passage_index.FrozenPassageIndex`; the module holds them as a non-persistent
+            buffer on the training device); batches' passages are looked up by corpus row, never encoded, and only
+            E_q trains. None (the default): two-tower training, both encoders, passages encoded every step.
+        candidates: ``group`` (the batch's groups, in-batch negatives) or ``corpus`` (every corpus passage, exact,
+            in chunks of ``chunk_size`` rows: :mod:`multipos.training.corpus_candidates`); ``passages.candidates``.
+        chunk_size: corpus rows scored at a time with ``candidates="corpus"`` (``passages.chunk_size``): a number, or
+            ``auto`` (from the device's free memory at the first step, one chunk where the corpus fits; logged:
+            :func:`multipos.training.corpus_candidates.resolve_chunk_size`).
+
+    Raises:
+        ValueError: an unknown ``candidates``, ``candidates="corpus"`` without an index, or a ``chunk_size`` that is
+            neither a number >= 1 nor ``auto``.
+    """
+
+    index: FrozenPassageIndex | None = None
+    candidates: str = "group"
+    chunk_size: int | str | None = "auto"
+
+    def __post_init__(self):
+        if self.candidates not in CANDIDATES:
+            raise ValueError(f"passages.candidates={self.candidates!r}; allowed: {', '.join(CANDIDATES)}")
+        if self.candidates == "corpus" and self.index is None:
+            raise ValueError("passages.candidates=corpus scores every corpus passage and needs the frozen passage "
+                             "index: use passages=frozen_index (query-side fine-tuning)")
+        chunk_size_setting(self.chunk_size)  # a bad setting fails here, before training
+
+
+@dataclass(frozen=True)
+class StageSettings:
+    """What a training stage sets on the module (:func:`multipos.training.fit.run_stage`): its peak learning rate
+    (``lr``, None for the optimizer config's), its span of the schedule (``schedule_offset``, ``schedule_total``:
+    :func:`multipos.training.stages.schedule_spans`; ``schedule_total=None`` = this fit's steps) and the optimizer
+    state carried over from the stage before (``optimizer_state``, or None)."""
+
+    lr: float | None = None
+    schedule_offset: int = 0
+    schedule_total: int | None = None
+    optimizer_state: dict | None = None
+
+
+@dataclass
+class Scores:
+    """What every passage side hands the objective (:meth:`RetrieverModule.scores_loss`).
+
+    Attributes:
+        scores: [B_local, C] float, already divided by τ, with gradient to the embeddings: the local queries against
+            their C candidate columns (C = N_global = W·B·G for in-batch candidates, P + 1 over the corpus).
+        positive_mask, negative_mask: bool [B_local, C]: which columns are each query's positives and negatives
+            (columns in neither are ignored).
+        target: float32 [B_local, C], the soft targets of :data:`multipos.losses.SOFT_OBJECTIVES` (a passage's
+            weight, or a teacher's score: :func:`multipos.data.groups.group_targets`), or None.
+        loss_scale: factor of the rank's mean loss (:attr:`multipos.training.distributed.BatchLayout.loss_scale`,
+            1.0 in one process) that makes DDP's gradient average the gradient of the global batch's mean loss.
+    """
+
+    scores: Tensor
+    positive_mask: Tensor
+    negative_mask: Tensor
+    target: Tensor | None = None
+    loss_scale: float = 1.0
+
+    def outputs(self) -> dict[str, Tensor]:
+        """``{"scores" (detached), "positive_mask", "negative_mask"}``: what ``training_step`` returns besides the loss,
+        for callbacks that read ``outputs`` in ``on_train_batch_end`` (e.g. gradient diagnostics)."""
+        return {"scores": self.scores.detach(), "positive_mask": self.positive_mask,
+                "negative_mask": self.negative_mask}
+
+
+#: A passage side of one batch: the (encoder, tokens) pairs whose embeddings it needs, and the function of those
+#: embeddings ([B, H] queries, then [N, H] passages where they are encoded) to the batch's :class:`Scores`.
+PassageSide = tuple[list[tuple[Encoder, Tokens]], Callable[..., Scores]]
+
+
 class RetrieverModule(L.LightningModule):
     """Trains a :class:`DualEncoder` with a :class:`ContrastiveLoss` for one training stage.
 
     Args:
         model: the dual encoder; loss: the stage's objective.
-        optimizer: ``_partial_`` optimizer factory called with parameter groups (``conf/module``:
-            ``torch.optim.AdamW`` with lr and weight decay); biases and LayerNorm weights get no decay.
-        scheduler: ``_partial_`` factory ``(optimizer, num_warmup_steps, num_training_steps) -> LRScheduler``
-            stepped every optimizer step, or None for a constant learning rate.
-        warmup_ratio: share of the schedule's steps used for warm-up.
-        lr: peak learning rate of this stage (None = the optimizer config's).
-        schedule_offset, schedule_total: where this stage starts in its schedule and the schedule's length in
-            optimizer steps (:func:`multipos.training.stages.schedule_spans`); ``schedule_total=None`` = this fit's
-            steps.
-        optimizer_state: optimizer ``state_dict`` carried over from the previous stage (``optimizer: carry``).
-        grad_cache_chunk_size: None (plain training: one forward/backward of the batch, Lightning's automatic
-            optimization) or the rows per chunk of GradCache (:mod:`multipos.training.grad_cache`; manual optimization:
-            the same gradient with the activation memory of one chunk).
-        gradient_clip_val, gradient_clip_algorithm: clipping applied by this module under GradCache (Lightning
-            refuses ``Trainer(gradient_clip_val=...)`` with manual optimization; ``conf/module/retriever.yaml``
-            takes both from ``trainer``, and train.py then builds the trainer without them). Plain training
-            leaves clipping to the trainer and ignores these.
+        optimizer: :class:`OptimizerSettings` (default: AdamW, lr 2e-5, weight decay 0.01).
+        schedule: :class:`ScheduleSettings` (default: a constant learning rate).
+        grad_cache: :class:`GradCacheSettings` (default: off, Lightning's automatic optimization).
+        passages: :class:`PassageSettings` (default: two-tower training over the batch's groups).
 
-        passage_index: query-side fine-tuning (``passages=frozen_index``): the frozen corpus embeddings
-            (:class:`~multipos.training.passage_index.FrozenPassageIndex`, held as a non-persistent buffer on the
-            training
-            device); batches' passages are looked up by corpus row, never encoded, and only E_q trains. None:
-            two-tower training (both encoders, passages encoded every step).
-        candidates: ``group`` (the batch's groups, in-batch negatives) or ``corpus`` (every corpus passage;
-            exact, in chunks of ``chunk_size`` rows: :mod:`multipos.training.corpus_candidates`).
-            ``passages.candidates``.
-        chunk_size: corpus rows scored at a time with ``candidates="corpus"`` (``passages.chunk_size``): a number, or
-            ``auto`` (from the device's free memory at the first step, one chunk where the corpus fits; logged:
-            :func:`multipos.training.corpus_candidates.resolve_chunk_size`).
+    Training builds it from ``conf/module`` and the stage with :meth:`from_config`. Every training step scores the
+    batch on its passage side (:meth:`passage_side`: two-tower, query-side over a frozen index, every corpus passage)
+    into :class:`Scores`, which :meth:`scores_loss` turns into the loss, with or without GradCache.
 
     Data-parallel training (``trainer=ddp``): every step scores the local queries against the passages of all
-    ranks with masks over the global batch (:mod:`multipos.training.distributed`); one process is the special case W =
-    1.
-    With ``candidates="corpus"`` every rank scores its queries against the whole corpus (it holds the index).
+    ranks with masks over the global batch (:mod:`multipos.training.distributed`); one process is the special case
+    W = 1. With ``candidates="corpus"`` every rank scores its queries against the whole corpus (it holds the index).
 
     Raises:
-        ValueError: ``warmup_ratio`` outside [0, 1), ``grad_cache_chunk_size`` < 1, an unknown ``candidates``,
-            ``candidates="corpus"`` without a passage index, or a passage index with a passage encoder that trains.
+        ValueError: a passage index with a passage encoder that trains (and what the settings raise).
     """
 
-    def __init__(self, model: DualEncoder, loss: ContrastiveLoss, optimizer: Callable | None = None,
-                 scheduler: Callable | None = None, warmup_ratio: float = 0.1, lr: float | None = None,
-                 schedule_offset: int = 0, schedule_total: int | None = None, optimizer_state: dict | None = None,
-                 grad_cache_chunk_size: int | None = None, gradient_clip_val: float | None = None,
-                 gradient_clip_algorithm: str = "norm", passage_index: FrozenPassageIndex | None = None,
-                 candidates: str = "group", chunk_size: int | str | None = "auto"):
+    def __init__(self, model: DualEncoder, loss: ContrastiveLoss, optimizer: OptimizerSettings | None = None,
+                 schedule: ScheduleSettings | None = None, grad_cache: GradCacheSettings | None = None,
+                 passages: PassageSettings | None = None):
         super().__init__()
-        if candidates not in CANDIDATES:
-            raise ValueError(f"passages.candidates={candidates!r}; allowed: {', '.join(CANDIDATES)}")
-        if candidates == "corpus" and passage_index is None:
-            raise ValueError("passages.candidates=corpus scores every corpus passage and needs the frozen passage "
-                             "index: use passages=frozen_index (query-side fine-tuning)")
-        if passage_index is not None and not model.passage_frozen:
+        passages = passages or PassageSettings()
+        if passages.index is not None and not model.passage_frozen:
             raise ValueError("a frozen passage index needs a frozen passage encoder "
                              "(DualEncoder.freeze_passage_encoder, done by passages=frozen_index)")
-        if not 0.0 <= warmup_ratio < 1.0:
-            raise ValueError(f"module.warmup_ratio must be in [0, 1), got {warmup_ratio}")
-        if grad_cache_chunk_size is not None and int(grad_cache_chunk_size) < 1:
-            raise ValueError(f"module.grad_cache_chunk_size must be >= 1 or null (no GradCache), "
-                             f"got {grad_cache_chunk_size}")
         self.model, self.loss = model, loss
-        self.optimizer_factory = optimizer or partial(torch.optim.AdamW, lr=2e-5, weight_decay=0.01)
-        self.scheduler_factory = scheduler
-        self.warmup_ratio, self.lr = warmup_ratio, lr
-        self.schedule_offset, self.schedule_total = schedule_offset, schedule_total
-        self.optimizer_state = optimizer_state
-        self.grad_cache_chunk_size = None if grad_cache_chunk_size is None else int(grad_cache_chunk_size)
-        self.gradient_clip_val, self.gradient_clip_algorithm = gradient_clip_val, gradient_clip_algorithm
-        self.automatic_optimization = self.grad_cache_chunk_size is None
-        # a bad setting fails here, before training; auto (None) is sized at the first step
-        self.candidates, self.chunk_size = candidates, chunk_size_setting(chunk_size)
-        self.passage_row = passage_index.row if passage_index is not None else None
+        self.optimizer_settings = optimizer or OptimizerSettings()
+        self.schedule = schedule or ScheduleSettings()
+        self.grad_cache = grad_cache or GradCacheSettings()
+        self.automatic_optimization = self.grad_cache.chunk_size is None
+        # auto (None) is sized at the first step
+        self.candidates, self.chunk_size = passages.candidates, chunk_size_setting(passages.chunk_size)
+        self.passage_row = passages.index.row if passages.index is not None else None
         self._embedding_grads: RowSparseEmbeddingGrads | None = None  # CPU fits: on_fit_start .. teardown
-        if passage_index is not None:  # moved to the training device with the module, never checkpointed
-            self.register_buffer("passage_embeddings", passage_index.embeddings, persistent=False)
+        if passages.index is not None:  # moved to the training device with the module, never checkpointed
+            self.register_buffer("passage_embeddings", passages.index.embeddings, persistent=False)
 
-    def forward(self, batch: Batch) -> torch.Tensor:
+    @classmethod
+    def from_config(cls, model: DualEncoder, loss: ContrastiveLoss, *, optimizer: Callable | None = None,
+                    scheduler: Callable | None = None, warmup_ratio: float = 0.1,
+                    grad_cache_chunk_size: int | None = None, gradient_clip_val: float | None = None,
+                    gradient_clip_algorithm: str = "norm", stage: StageSettings | None = None,
+                    passages: PassageSettings | None = None) -> RetrieverModule:
+        """The module of one training stage from ``conf/module`` (its ``_target_``: the keyword arguments are that
+        node's keys, ``optimizer`` and ``scheduler`` instantiated as ``_partial_`` factories), the stage's
+        :class:`StageSettings` and the run's :class:`PassageSettings` — the one place config becomes settings.
+
+        Raises:
+            ValueError: what :class:`ScheduleSettings`, :class:`GradCacheSettings` and the constructor raise.
+        """
+        stage = stage or StageSettings()
+        return cls(model, loss,
+                   optimizer=OptimizerSettings(optimizer, stage.lr, stage.optimizer_state),
+                   schedule=ScheduleSettings(scheduler, warmup_ratio, stage.schedule_offset, stage.schedule_total),
+                   grad_cache=GradCacheSettings(grad_cache_chunk_size, gradient_clip_val, gradient_clip_algorithm),
+                   passages=passages)
+
+    def forward(self, batch: Batch) -> Tensor:
         """Score matrix [B, B·G] of a batch's own queries and passages (already divided by τ; no gathering)."""
         q = self.model.encode_queries(batch.query)
         p = self.model.encode_passages(batch.passages)
         return self.model.score(q, p)
 
-    def batch_loss(self, q: torch.Tensor, p: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, dict]:
-        """Loss of local query embeddings ``q`` [B_local, H] against the passages ``p`` [N_local, H] of every rank.
+    # -- the passage sides: embeddings -> Scores ---------------------------------------------------------------------
 
-        Gathers the passages with gradient, scores [B_local, N_global] (/ τ), builds the global masks and scales
-        the mean loss by :attr:`multipos.training.distributed.BatchLayout.loss_scale` (1 in one process) so that DDP's
-        gradient average is the gradient of the global batch's mean loss. Returns (loss, ``{"scores" (detached),
-        "positive_mask", "negative_mask"}``). A collective when W > 1: every rank calls it once per step.
+    def passage_side(self, batch: Batch) -> PassageSide:
+        """This module's passage side for ``batch`` → (the (encoder, tokens) pairs to embed, the function of their
+        embeddings to :class:`Scores`): two-tower ``[queries, passages]`` → :meth:`in_batch_scores`; query-side
+        ``[queries]`` → :meth:`in_batch_scores` over :meth:`indexed_passages` (``candidates=group``) or
+        :meth:`corpus_candidate_scores` (``candidates=corpus``)."""
+        queries = (self.model.encode_queries, batch.query)
+        if self.passage_row is None:
+            return [queries, (self.model.encode_passages, batch.passages)], partial(self.in_batch_scores, batch=batch)
+        if self.candidates == "group":
+            return [queries], lambda q: self.in_batch_scores(q, self.indexed_passages(batch), batch)
+        return [queries], partial(self.corpus_candidate_scores, batch=batch)
+
+    def in_batch_scores(self, q: Tensor, p: Tensor, batch: Batch) -> Scores:
+        """Local query embeddings ``q`` [B_local, H] against the passages ``p`` [N_local, H] of every rank →
+        :class:`Scores` [B_local, N_global] (/ τ).
+
+        Gathers the passages with gradient, builds the global masks and the soft targets of the global columns, and
+        the loss scale of :attr:`multipos.training.distributed.BatchLayout.loss_scale` (1 in one process). A
+        collective when W > 1: every rank calls it once per step. Raises ValueError when a soft-target objective
+        meets a batch without ``groups``.
         """
         layout = distributed.batch_layout(q.shape[0], batch.passage_ids, p.shape[0])
         scores = self.model.score(q, distributed.gather_with_grad(p, layout.passage_counts))
@@ -185,64 +352,24 @@ class RetrieverModule(L.LightningModule):
         if self.soft_targets:  # query i's weight of each global column (multipos.data.groups.group_targets)
             columns = layout.passage_ids if layout.world_size > 1 else batch.passage_ids
             target = to_device(group_targets(self._groups(batch), columns, self.target_kind), scores.device)
-        loss = self.loss(scores, positive_mask, negative_mask, target) * layout.loss_scale
-        return loss, {"scores": scores.detach(), "positive_mask": positive_mask, "negative_mask": negative_mask}
+        return Scores(scores, positive_mask, negative_mask, target, layout.loss_scale)
 
-    def training_step(self, batch: Batch, batch_idx: int) -> dict:
-        """One optimisation step's loss → ``{"loss", "scores", "positive_mask", "negative_mask"}``.
+    def indexed_passages(self, batch: Batch) -> Tensor:
+        """Query-side fine-tuning: the batch's passages [N_local, H] looked up in the frozen index by corpus row
+        (never encoded). Raises KeyError naming a passage outside the indexed corpus."""
+        rows = to_device(FrozenPassageIndex.rows_of(self.passage_row, batch.passage_ids),
+                         self.passage_embeddings.device)
+        return self.passage_embeddings[rows]
 
-        ``scores`` [B_local, N_global] (already / τ, detached; N_global = B·G in one process) and the bool masks of
-        the same shape are returned for callbacks that read ``outputs`` in ``on_train_batch_end`` (e.g. gradient
-        diagnostics); ``loss`` is this rank's scalar loss (:meth:`batch_loss`). With GradCache the step also runs
-        the backward, gradient clipping, the optimizer and the scheduler (manual optimization).
+    def corpus_candidate_scores(self, q: Tensor, batch: Batch) -> Scores:
+        """Query embeddings ``q`` [B_local, H] against every corpus passage (``candidates=corpus``) → the exact
+        reduced problem of :func:`multipos.training.corpus_candidates.corpus_scores` as :class:`Scores` [B, P + 1]
+        (each query's positives and one column summarising every corpus passage not judged for it; soft targets:
+        the positives' weights in their columns, 0 for the summary column), scaled like :meth:`in_batch_scores`
+        under DDP. The chunk size ``auto`` is resolved at the first call.
+
+        Raises ValueError when the batch has no ``groups`` (positives and judged passages per query).
         """
-        n, logged = batch.positive_mask.shape[0], self._logs_this_step()
-        if logged:  # this step's rate as a CPU tensor: a Python number would be copied to the device (a host wait)
-            self.log("train/lr", torch.tensor(self.optimizers().param_groups[0]["lr"]), prog_bar=False, batch_size=n)
-        if self.grad_cache_chunk_size is not None:
-            loss, extra = self._grad_cache_step(batch)
-        elif self.passage_row is not None:
-            loss, extra = self.query_side_loss(self.model.encode_queries(batch.query), batch)
-        else:
-            loss, extra = self.batch_loss(self.model.encode_queries(batch.query),
-                                          self.model.encode_passages(batch.passages), batch)
-        # the mean of the ranks' losses is the global batch's mean loss (multipos.training.distributed). Not prog_bar:
-        # Lightning
-        # reads a progress-bar metric back from the device at every step; multipos.training.callbacks.LoggedProgressBar
-        # shows
-        # it, read only when the bar refreshes
-        if logged:
-            self.log("train/loss", loss, prog_bar=False, batch_size=n, sync_dist=self.trainer.world_size > 1)
-        return {"loss": loss, **extra}
-
-    def _logs_this_step(self) -> bool:
-        """Whether this training step's ``train/loss`` and ``train/lr`` can reach anyone: a step whose values the
-        loggers write (every ``trainer.log_every_n_steps`` steps, when training stops, every step of a
-        ``fast_dev_run``), or an epoch's last step (the progress bar's epoch summary). The same test as Lightning's
-        own ``LearningRateMonitor`` and ``ThroughputMonitor``.
-
-        Why not log every step and let Lightning keep what it writes: each ``self.log`` call walks the logged value's
-        whole record to its device (Lightning-AI/pytorch-lightning issue 20388), 0.4–0.6 ms on the 2-core EPYC, and
-        with ``sync_dist`` (DDP) it is a collective. The rows a logger writes are the same either way
-        (``tests/training/test_step_logging.py``)."""
-        trainer = self._trainer
-        if trainer is None:
-            return True
-        return bool(trainer._logger_connector.should_update_logs or trainer.fast_dev_run or trainer.is_last_batch)
-
-    def query_side_loss(self, q: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, dict]:
-        """Query-side fine-tuning's loss of query embeddings ``q`` [B_local, H] (frozen passages, no passage
-        encoding) → (loss, ``{"scores", "positive_mask", "negative_mask"}``) as :meth:`batch_loss`.
-
-        ``group``: the batch's passages looked up by corpus row [N_local, H], then :meth:`batch_loss` (in-batch and
-        cross-device negatives as in two-tower training). ``corpus``: the exact reduced problem of
-        :func:`multipos.training.corpus_candidates.corpus_scores` ([B, P + 1]: each query's positives and one column
-        summarising every corpus passage not judged for it), scaled like :meth:`batch_loss` under DDP.
-        """
-        if self.candidates == "group":
-            rows = to_device(FrozenPassageIndex.rows_of(self.passage_row, batch.passage_ids),
-                             self.passage_embeddings.device)
-            return self.batch_loss(q, self.passage_embeddings[rows], batch)
         if batch.groups is None:
             raise ValueError("passages.candidates=corpus needs Batch.groups (positives and judged passages per query)")
         targets = corpus_targets([g.passage_ids[: g.n_positives] for g in batch.groups],
@@ -261,40 +388,98 @@ class RetrieverModule(L.LightningModule):
                 positives = g.passage_ids[: g.n_positives]
                 target[i, : len(positives)] = group_targets([g], positives, self.target_kind)[0]
             target = to_device(target, scores.device)
-        loss = self.loss(scores, positive_mask, negative_mask, target) * layout.loss_scale
-        return loss, {"scores": scores.detach(), "positive_mask": positive_mask, "negative_mask": negative_mask}
+        return Scores(scores, positive_mask, negative_mask, target, layout.loss_scale)
 
-    def _grad_cache_step(self, batch: Batch) -> tuple[torch.Tensor, dict]:
-        """GradCache forward/backward (:func:`multipos.training.grad_cache.grad_cache_step`), optimizer step (clipping
-        in
-        :meth:`on_before_optimizer_step`) and scheduler step; gradients are synchronised across ranks by the last
-        chunk's backward only."""
+    # -- the one path from scores to loss ----------------------------------------------------------------------------
+
+    def scores_loss(self, scored: Scores) -> tuple[Tensor, dict[str, Tensor]]:
+        """The objective on a passage side's :class:`Scores` → (this rank's scalar loss: the objective's mean over
+        the local queries × ``scored.loss_scale``, ``scored.outputs()``). Every training path ends here, GradCache's
+        representation-gradient pass included; what the step logs is this loss."""
+        loss = self.loss(scored.scores, scored.positive_mask, scored.negative_mask, scored.target) * scored.loss_scale
+        return loss, scored.outputs()
+
+    def batch_loss(self, q: Tensor, p: Tensor, batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
+        """:meth:`scores_loss` of :meth:`in_batch_scores`: the loss of query embeddings ``q`` [B_local, H] against the
+        passages ``p`` [N_local, H] of every rank, and ``{"scores" (detached), "positive_mask", "negative_mask"}``
+        [B_local, N_global]. A collective when W > 1."""
+        return self.scores_loss(self.in_batch_scores(q, p, batch))
+
+    def training_step(self, batch: Batch, batch_idx: int) -> dict[str, Tensor]:
+        """One optimisation step's loss → ``{"loss", "scores", "positive_mask", "negative_mask"}``.
+
+        The batch's :meth:`passage_side` is embedded (plain: one forward, Lightning's automatic optimization runs the
+        backward and the step; GradCache: :meth:`_grad_cache_step`, which also runs the backward, gradient clipping,
+        the optimizer and the scheduler) and scored, then :meth:`scores_loss`. ``scores`` [B_local, C] (already / τ,
+        detached) and the bool masks of the same shape are for callbacks that read ``outputs`` in
+        ``on_train_batch_end`` (e.g. gradient diagnostics); ``loss`` is this rank's scalar loss. ``train/lr`` and
+        ``train/loss`` are logged on the steps whose values reach a logger or the progress bar
+        (:meth:`_logs_this_step`).
+        """
+        n, logged = batch.positive_mask.shape[0], self._logs_this_step()
+        if logged:  # this step's rate as a CPU tensor: a Python number would be copied to the device (a host wait)
+            self.log("train/lr", torch.tensor(self.optimizers().param_groups[0]["lr"]), prog_bar=False, batch_size=n)
+        inputs, score = self.passage_side(batch)
+        if self.automatic_optimization:
+            loss, outputs = self.scores_loss(score(*[encode(tokens) for encode, tokens in inputs]))
+        else:
+            loss, outputs = self._grad_cache_step(inputs, score)
+        # the mean of the ranks' losses is the global batch's mean loss (multipos.training.distributed). Not prog_bar:
+        # Lightning reads a progress-bar metric back from the device at every step;
+        # multipos.training.callbacks.LoggedProgressBar shows it, read only when the bar refreshes
+        if logged:
+            self.log("train/loss", loss, prog_bar=False, batch_size=n, sync_dist=self.trainer.world_size > 1)
+        return {"loss": loss, **outputs}
+
+    def _grad_cache_step(self, inputs: list[tuple[Encoder, Tokens]],
+                         score: Callable[..., Scores]) -> tuple[Tensor, dict[str, Tensor]]:
+        """GradCache forward/backward of a passage side (:func:`multipos.training.grad_cache.grad_cache_step`, whose
+        loss is :meth:`scores_loss` of ``score`` on the cached embeddings), optimizer step (clipping in
+        :meth:`on_before_optimizer_step`) and scheduler step → (loss detached, outputs); gradients are synchronised
+        across ranks by the last chunk's backward only."""
         opt = self.optimizers()
         opt.zero_grad()
-        strategy = self.trainer.strategy
-        no_sync = getattr(strategy, "block_backward_sync", nullcontext)
-        if self.passage_row is not None:  # query-side: only the queries are encoded
-            parts = [(self.model.encode_queries, batch.query)]
-            loss_fn = lambda q: self.query_side_loss(q, batch)  # noqa: E731
-        else:
-            parts = [(self.model.encode_queries, batch.query), (self.model.encode_passages, batch.passages)]
-            loss_fn = lambda q, p: self.batch_loss(q, p, batch)  # noqa: E731
-        loss, extra = grad_cache_step(parts, loss_fn, self.grad_cache_chunk_size, backward=self.manual_backward,
-                                      no_sync=no_sync)
+        no_sync = getattr(self.trainer.strategy, "block_backward_sync", nullcontext)
+        loss, outputs = grad_cache_step(inputs, lambda *embeddings: self.scores_loss(score(*embeddings)),
+                                        self.grad_cache.chunk_size, backward=self.manual_backward, no_sync=no_sync)
         opt.step()  # clips in on_before_optimizer_step
         scheduler = self.lr_schedulers()
         if scheduler is not None:
             scheduler.step()
-        return loss, extra
+        return loss, outputs
+
+    def _attached_trainer(self) -> L.Trainer | None:
+        """The trainer this module is attached to, or None (a module used on its own)."""
+        try:
+            return self.trainer
+        except RuntimeError:  # LightningModule.trainer raises when no trainer is attached
+            return None
+
+    def _logs_this_step(self) -> bool:
+        """Whether this training step's ``train/loss`` and ``train/lr`` can reach anyone: a step whose values the
+        loggers write (every ``trainer.log_every_n_steps`` steps, counted by ``trainer.global_step``, the optimizer
+        steps before this one; when training stops; every step of a ``fast_dev_run``), or an epoch's last step (the
+        progress bar's epoch summary). Lightning's own test (``should_update_logs``, which ``LearningRateMonitor``
+        and ``ThroughputMonitor`` read) from the trainer's public attributes; without a trainer every step logs.
+
+        Why not log every step and let Lightning keep what it writes: each ``self.log`` call walks the logged value's
+        whole record to its device (Lightning-AI/pytorch-lightning issue 20388), 0.4–0.6 ms on the 2-core EPYC, and
+        with ``sync_dist`` (DDP) it is a collective. The rows a logger writes are the same either way
+        (``tests/training/test_step_logging.py``)."""
+        trainer = self._attached_trainer()
+        if trainer is None or trainer.fast_dev_run or trainer.is_last_batch:
+            return True
+        every = trainer.log_every_n_steps
+        return every > 0 and ((trainer.global_step + 1) % every == 0 or trainer.should_stop)
 
     def needs_batch_groups(self) -> bool:
         """Whether a training batch must carry its groups (``Batch.groups``, the data module's loader asks): for the
         masks over the global batch when several processes train (:func:`multipos.training.distributed.global_masks`),
-        and
-        for the judged passages of every query when every corpus passage is a candidate (``candidates=corpus``).
-        Otherwise the batches leave them in the DataLoader workers, which saves the main process rebuilding them
-        (:class:`multipos.data.collate.GroupCollator`)."""
-        world_size = self.trainer.world_size if self._trainer is not None else 1
+        for the judged passages of every query when every corpus passage is a candidate (``candidates=corpus``), and
+        for the targets of a soft-target objective. Otherwise the batches leave them in the DataLoader workers, which
+        saves the main process rebuilding them (:class:`multipos.data.collate.GroupCollator`)."""
+        trainer = self._attached_trainer()
+        world_size = trainer.world_size if trainer is not None else 1
         return world_size > 1 or self.candidates == "corpus" or self.soft_targets
 
     @property
@@ -315,10 +500,9 @@ class RetrieverModule(L.LightningModule):
 
     def on_fit_start(self) -> None:
         """CPU training in one process: the trained encoders' word embeddings get row-sparse gradients written
-        into a kept dense buffer (:mod:`multipos.training.embedding_gradients`; the same gradient, bit for bit, without
-        a
-        fresh vocabulary-sized matrix each step). A shared encoder keeps the dense backward (its embedding is
-        looked up twice a step, and the two sums would round differently)."""
+        into a kept dense buffer (:mod:`multipos.training.embedding_gradients`; the same gradient, bit for bit,
+        without a fresh vocabulary-sized matrix each step). A shared encoder keeps the dense backward (its embedding
+        is looked up twice a step, and the two sums would round differently)."""
         if self.device.type == "cpu" and self.trainer.world_size == 1 and not self.model.shared:
             self._embedding_grads = RowSparseEmbeddingGrads([self.model.query_encoder, self.model.passage_encoder])
 
@@ -339,10 +523,11 @@ class RetrieverModule(L.LightningModule):
         restore_frozen_passage_encoder(self.model, checkpoint)
 
     def on_before_optimizer_step(self, optimizer) -> None:
-        """Under GradCache, clip the gradients here (``gradient_clip_val``): Lightning calls this hook after
-        unscaling fp16 gradients and before the step, where it clips itself in automatic optimization."""
-        if not self.automatic_optimization and self.gradient_clip_val:
-            self.configure_gradient_clipping(optimizer, self.gradient_clip_val, self.gradient_clip_algorithm)
+        """Under GradCache, clip the gradients here (:attr:`GradCacheSettings.gradient_clip_val`): Lightning calls this
+        hook after unscaling fp16 gradients and before the step, where it clips itself in automatic optimization."""
+        if not self.automatic_optimization and self.grad_cache.gradient_clip_val:
+            self.configure_gradient_clipping(optimizer, self.grad_cache.gradient_clip_val,
+                                             self.grad_cache.gradient_clip_algorithm)
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         """Lightning's clipping, except that bf16-mixed training clips with a fused optimizer too.
@@ -359,40 +544,42 @@ class RetrieverModule(L.LightningModule):
                             gradient_clip_algorithm=gradient_clip_algorithm)
 
     def parameter_groups(self) -> list[dict]:
-        """AdamW parameter groups: weights with decay, biases and LayerNorm weights (ndim < 2) without."""
+        """AdamW parameter groups: weights with decay, biases and LayerNorm weights (ndim < 2) without; each with the
+        stage's peak lr (:attr:`OptimizerSettings.lr`) where it has one."""
         decay, no_decay = [], []
         for _, param in self.model.named_parameters():
             if param.requires_grad:
                 (no_decay if param.ndim < 2 else decay).append(param)
         groups = [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]
-        if self.lr is not None:
+        if self.optimizer_settings.lr is not None:
             for g in groups:
-                g["lr"] = self.lr
+                g["lr"] = self.optimizer_settings.lr
         return groups
 
     def configure_optimizers(self):
         """The stage's optimizer over :meth:`parameter_groups` and, with a scheduler, its per-step schedule.
 
-        A continued stage (``optimizer_state`` from the stage before) keeps that optimizer's moments but starts at
-        this stage's own peak lr. The schedule runs over ``schedule_total`` steps (else Lightning's estimate), warms
-        up over ``warmup_ratio`` of them and is fast-forwarded by ``schedule_offset`` steps when it continues.
-        Returns the optimizer alone, or Lightning's ``{"optimizer", "lr_scheduler"}`` dict (interval "step")."""
-        opt = self.optimizer_factory(self.parameter_groups())
-        if self.optimizer_state is not None:
+        A continued stage (:attr:`OptimizerSettings.state` from the stage before) keeps that optimizer's moments but
+        starts at this stage's own peak lr. The schedule runs over :attr:`ScheduleSettings.total` steps (else
+        Lightning's estimate), warms up over ``warmup_ratio`` of them and is fast-forwarded by
+        :attr:`ScheduleSettings.offset` steps when it continues. Returns the optimizer alone, or Lightning's
+        ``{"optimizer", "lr_scheduler"}`` dict (interval "step")."""
+        settings, schedule = self.optimizer_settings, self.schedule
+        opt = settings.factory(self.parameter_groups())
+        if settings.state is not None:
             lrs = [g["lr"] for g in opt.param_groups]
-            opt.load_state_dict(self.optimizer_state)
+            opt.load_state_dict(settings.state)
             for g, lr in zip(opt.param_groups, lrs):  # the stage's peak lr, not the previous stage's last one
                 g["lr"] = g["initial_lr"] = lr
-        if self.scheduler_factory is None:
+        if schedule.factory is None:
             return opt
         # a known schedule length avoids estimated_stepping_batches, which builds the train dataloader before a
         # checkpoint's dataloader state is restored (a mid-epoch resume would then replay the epoch's start)
-        total = (int(self.schedule_total) if self.schedule_total
-                 else max(1, int(self.trainer.estimated_stepping_batches)))
-        sched = self.scheduler_factory(opt, num_warmup_steps=int(self.warmup_ratio * total), num_training_steps=total)
-        if self.schedule_offset:
+        total = int(schedule.total) if schedule.total else max(1, int(self.trainer.estimated_stepping_batches))
+        sched = schedule.factory(opt, num_warmup_steps=int(schedule.warmup_ratio * total), num_training_steps=total)
+        if schedule.offset:
             with warnings.catch_warnings():  # fast-forward a continued schedule: no optimizer step is meant
                 warnings.simplefilter("ignore")
-                for _ in range(int(self.schedule_offset)):
+                for _ in range(int(schedule.offset)):
                     sched.step()
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

@@ -76,7 +76,8 @@ class FrozenPassageIndex:
 
     @staticmethod
     def rows_of(row: dict[str, int], passage_ids: Sequence[str]) -> Tensor:
-        """:meth:`rows` for an id → row mapping (the LightningModule keeps the mapping, the embeddings as a buffer)."""
+        """:meth:`rows` for an id → row mapping (the LightningModule keeps the mapping, the embeddings as a
+        buffer): int64 [len(passage_ids)]. Raises KeyError as :meth:`rows` does."""
         try:
             return torch.tensor([row[p] for p in passage_ids], dtype=torch.long)
         except KeyError as e:
@@ -87,13 +88,13 @@ class FrozenPassageIndex:
     def encode(cls, model, ids: Sequence[str], texts: Sequence[str], cache: Path | None, *,
                max_length: int | None = None, batch_size: int = 64, bf16: bool | None = None,
                dtype: str = "auto") -> "FrozenPassageIndex":
-        """Encode the corpus with ``model``'s passage encoder (a :class:`~multipos.model.encoder.DualEncoder`) through
-        the
-        embedding cache → an index of ``dtype`` (:func:`index_dtype`) on the CPU (the LightningModule moves it to
-        the training device as a non-persistent buffer).
+        """Encode the corpus with ``model``'s passage encoder (a :class:`~multipos.model.encoder.DualEncoder`)
+        through the embedding cache → an index of ``dtype`` (:func:`index_dtype`), embeddings [N, H] on the CPU (the
+        LightningModule moves them to the training device as a non-persistent buffer).
 
         ``max_length`` / ``batch_size`` / ``bf16``: those of evaluation (``eval.passage_max_length``,
-        ``eval.batch_size``, ``eval.bf16``), so that evaluation finds these embeddings in the cache.
+        ``eval.batch_size``, ``eval.bf16``), so that evaluation finds these embeddings in the cache. Raises
+        ValueError for an unknown ``dtype`` (:func:`index_dtype`).
         """
         from multipos.retrieval.encoding import cached_encode
 
@@ -135,6 +136,7 @@ def for_training(passages, model, corpus, cache: Path | None) -> FrozenPassageIn
 
     Freezes ``model``'s passage encoder (:meth:`multipos.model.encoder.DualEncoder.freeze_passage_encoder`) and encodes
     ``corpus`` (a :class:`multipos.formats.types.Corpus`) with ``passages.index`` through the embedding cache ``cache``.
+    Raises ValueError as :func:`check_settings` does.
     """
     check_settings(passages)
     if not passages or not passages.get("frozen"):
