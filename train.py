@@ -1,14 +1,14 @@
 """Hydra entry point of training.
 
-    python train.py                                   # the main job, one seed (experiment=default)
+    python train.py [overrides]                       # the main job, one seed (conf/train.yaml: experiment=default);
+                                                      # an override changes only what it names (seed=43)
     python train.py experiment=<study> [overrides]    # one cell of a study (conf/experiment/<study>.yaml)
     python train.py -m experiment=<study>             # the study's sweep
-    python train.py loss=<objective> data=<data> ...  # an ad-hoc run from the base config
+    python train.py experiment=base loss=<objective> data=<data> ...  # the groups' defaults (conf/experiment/base.yaml)
 
 Returns ``optimized_metric`` (e.g. dev nDCG@10) to sweepers.
 """
 
-import sys
 from pathlib import Path
 
 import hydra
@@ -18,11 +18,6 @@ from multipos.config_resolvers import register_eval_sets, register_resolvers
 
 register_resolvers()  # before Hydra composes the config
 register_eval_sets(Path(__file__).parent / "conf")  # eval=<set>: one set of conf/benchmark
-
-
-def with_default_experiment(argv: list[str]) -> list[str]:
-    """``argv`` with ``experiment=default`` added when it holds no argument at all (the main job)."""
-    return [*argv, "experiment=default"] if len(argv) == 1 else argv
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
@@ -35,5 +30,4 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    sys.argv = with_default_experiment(sys.argv)
     main()

@@ -157,9 +157,8 @@ def main() -> None:
         res[f"s_per_step_{name}_b{nb}_packed"] = round(tp["packed"], 4)
         res[f"packing_speedup_{name}_b{nb}"] = round(tp["padded"] / tp["packed"], 2)
 
-    # row-sparse word-embedding gradients (multipos.training.embedding_gradients, applied by CPU training) against the
-    # dense
-    # backward: packed batches of the query-side studies' size, gradient clipping as training does
+    # row-sparse word-embedding gradients (multipos.training.embedding_gradients, applied by CPU training) against
+    # the dense backward: packed batches of the query-side studies' size, gradient clipping as training does
     from multipos.training.embedding_gradients import RowSparseEmbeddingGrads
 
     dense, sparse = train_mode(128), train_mode(128)

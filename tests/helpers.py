@@ -51,8 +51,10 @@ def trainer_overrides() -> list[str]:
 
 
 def tiny_overrides(tiny_beir: Path, tiny_bert: Path, out: Path, *extra: str) -> list[str]:
-    """Overrides that point the main job at the tiny fixtures (fp32, CPU, small groups)."""
+    """Overrides that point a run of the groups' defaults (``experiment=base``) at the tiny fixtures (fp32, CPU,
+    small groups)."""
     return [
+        "experiment=base",
         f"paths.output_dir={out}",
         f"model.name_or_path={tiny_bert}",
         "model.pooling=cls", "model.normalize=false", "model.temperature=1.0",

@@ -132,7 +132,7 @@ def test_experiment_instantiates(experiment, tiny_bert, tmp_path):
     model = instantiate(cfg.model)
     loss = instantiate(cfg.loss)
     module = instantiate(cfg.module)(model=model, loss=loss)
-    assert module.optimizer_factory.func.__name__ == "AdamW"
+    assert module.optimizer_settings.factory.func.__name__ == "AdamW"
     for spec in (cfg.eval.get("test_sets") or {}).values():
         instantiate(spec)
     if cfg.eval.get("validation"):
@@ -248,11 +248,22 @@ def test_the_main_job_trains_the_recipe_the_search_chose():
             == {k: v for k, v in OmegaConf.to_container(searched, resolve=True).items() if k not in drop})
 
 
-def test_python_train_py_with_no_argument_runs_the_main_job():
-    import train as driver
+def test_the_base_config_is_the_main_job_and_an_override_changes_only_what_it_names():
+    def resolved(overrides):
+        return OmegaConf.to_container(compose_cfg("train", [*overrides, "paths.output_dir=o"]), resolve=True)
 
-    assert driver.with_default_experiment(["train.py"]) == ["train.py", "experiment=default"]
-    assert driver.with_default_experiment(["train.py", "loss=lsepair"]) == ["train.py", "loss=lsepair"]
+    main = resolved(["experiment=default"])
+    assert resolved([]) == main
+    seed43 = resolved(["seed=43"])
+    assert seed43["seed"] == 43 and {k: v for k, v in seed43.items() if k != "seed"} == \
+        {k: v for k, v in main.items() if k != "seed"}
+    lsepair = resolved(["loss=lsepair"])  # the objective, and what is named after it (the stage, the run name)
+    derived = ("loss", "stages", "run_name")
+    assert lsepair["loss"]["name"] == lsepair["stages"]["main"]["objective"] == "lsepair"
+    assert {k: v for k, v in lsepair.items() if k not in derived} == {k: v for k, v in main.items() if k not in derived}
+    base = resolved(["experiment=base"])  # the groups' defaults: the two-tower LSEPair heterogeneous run
+    assert base["loss"]["name"] == "lsepair" and base["passages"]["frozen"] is False
+    assert base["experiment_name"] == "base" and main["experiment_name"] == "default"
 
 
 def test_the_query_side_gpu_variant_sweeps_beside_the_cpu_query_side_study():

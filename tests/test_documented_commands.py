@@ -162,8 +162,6 @@ def test_a_documented_hydra_command_composes(where, command, tmp_path):
     tokens = concrete(command)
     script = next(t for t in tokens if t in SCRIPTS)
     overrides = _hydra_overrides(tokens[tokens.index(script) + 1:])
-    if script == "train.py" and not overrides:
-        overrides = ["experiment=default"]  # train.py's own default (train.with_default_experiment)
     cfg = compose_cfg(SCRIPTS[script], overrides, return_hydra_config=True)
     if script != "annotate.py":
         assert cfg.job == SCRIPTS[script], f"{where}: {command!r} is a job: {cfg.job} study, not {script}'s"

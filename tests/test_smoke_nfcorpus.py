@@ -17,7 +17,8 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.mark.assets
 def test_train_cli_on_nfcorpus_slice(assets, tmp_path):
     out = tmp_path / "run"
-    cmd = [sys.executable, "train.py", "loss=lsepair", "data=nfcorpus", "regime=heterogeneous", f"hydra.run.dir={out}",
+    cmd = [sys.executable, "train.py", "experiment=base", "loss=lsepair", "data=nfcorpus", "regime=heterogeneous",
+           f"hydra.run.dir={out}",
            "data.source.max_queries=40", "data.source.ordering=given", "data.batch_size=4", "data.group_size=4",
            "data.max_positives=2", "trainer.max_steps=2", "trainer.log_every_n_steps=1",
            "trainer.enable_progress_bar=false", "eval=nfcorpus_test", "eval.passage_max_length=128",

@@ -200,12 +200,12 @@ def test_cqadupstack_is_twelve_forums_reported_as_one_mean_column(env, monkeypat
 def test_paper_out_of_domain_eval_lists_the_fourteen_sets_with_cqadupstack_as_one():
     from tests.helpers import compose_cfg
 
-    cfg = compose_cfg("train", ["scale=paper", "eval=paper_out_of_domain"])
+    cfg = compose_cfg("train", ["experiment=base", "scale=paper", "eval=paper_out_of_domain"])
     names = list(cfg.eval.test_sets)
     groups = {s.get("group") for s in cfg.eval.test_sets.values()}
     assert len([n for n in names if not n.startswith("cqadupstack-")]) == 13 and groups == {None, "cqadupstack"}
     assert {n for n in names if not n.startswith("cqadupstack-")} | {"cqadupstack"} == set(reg.BEIR_SETS)
-    cfg = compose_cfg("train", ["scale=paper"])
+    cfg = compose_cfg("train", ["experiment=base", "scale=paper"])
     assert {s.path for s in cfg.eval.test_sets.values()} == {"msmarco-passage", "trec-dl-2019-full",
                                                              "trec-dl-2020-full"}
 

@@ -268,18 +268,18 @@ def test_tevatron_source_reads_the_asset_path(env):
     _publish(hub)
     assets_cli(["fetch", "msmarco-multipos"])
     hub.requests.clear()
-    cfg = compose_cfg("train", ["data=msmarco_hetero"])
+    cfg = compose_cfg("train", ["experiment=base", "data=msmarco_hetero"])
     assert cfg.data.source.path == "msmarco-multipos/heterogeneous.jsonl" and cfg.stages.main.regime == "heterogeneous"
     corpus, queries = instantiate(cfg.data.source).load()
     by_id = {q.query_id: q for q in queries}
     assert (by_id["q1"].gold, by_id["q1"].silver) == (["p1"], ["p3", "p2"])
     assert by_id["q1"].negatives == ["n1", "n2", "n3"] and by_id["q3"].silver == []
-    cfg = compose_cfg("train", ["data=msmarco_homo", "regime=homogeneous"])
+    cfg = compose_cfg("train", ["experiment=base", "data=msmarco_homo", "regime=homogeneous"])
     _, queries = instantiate(cfg.data.source).load()
     assert [(q.gold, q.silver) for q in queries][0] == ([], ["p3", "p1", "p2"])
     assert hub.requests == []  # read from the assets folder
     for data in ("msmarco", "nq_hetero", "nq_homo"):
-        assert compose_cfg("train", [f"data={data}"]).data.source.path.endswith(".jsonl")
+        assert compose_cfg("train", ["experiment=base", f"data={data}"]).data.source.path.endswith(".jsonl")
 
 
 def test_a_missing_asset_file_names_what_it_holds(env):
@@ -287,7 +287,7 @@ def test_a_missing_asset_file_names_what_it_holds(env):
     folder = tmp / "assets" / "data" / "msmarco-multipos"
     folder.mkdir(parents=True)
     (folder / "prepared.json").write_text("{}")
-    cfg = compose_cfg("train", ["data=msmarco_hetero"])
+    cfg = compose_cfg("train", ["experiment=base", "data=msmarco_hetero"])
     with pytest.raises(AssetNotFoundError, match=r"holds \['prepared.json'\]\. Build it .*fetch msmarco-multipos"):
         instantiate(cfg.data.source).load()
 
@@ -306,7 +306,7 @@ def test_train_offline_stops_with_one_paragraph(tmp_path, tiny_bert):
     env.update(MULTIPOS_ASSETS=str(tmp_path / "assets"), MULTIPOS_CACHE=str(tmp_path / "cache"),
                MULTIPOS_MIRROR=f"http://127.0.0.1:{port}", HF_ENDPOINT=f"http://127.0.0.1:{port}",
                MULTIPOS_DOWNLOAD_RETRIES="0", HF_HOME=str(tmp_path / "hf-home"), PYTHONUNBUFFERED="1")
-    run = subprocess.run([sys.executable, "train.py", "loss=jointlh", "data=msmarco_hetero",
+    run = subprocess.run([sys.executable, "train.py", "experiment=base", "loss=jointlh", "data=msmarco_hetero",
                           f"model.name_or_path={tiny_bert}", f"hydra.run.dir={tmp_path / 'run'}"],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 1, run.stderr[-3000:]

@@ -18,12 +18,13 @@ def test_regimes_without_positives_knows_each_regimes_tiers():
 
 
 def test_tevatron_data_without_gold_under_a_gold_regime_is_refused():
-    cfg = compose_cfg("train", ["data=msmarco_homo"])  # the default regime, heterogeneous, needs a gold positive
+    # the base regime, heterogeneous, needs a gold positive
+    cfg = compose_cfg("train", ["experiment=base", "data=msmarco_homo"])
     with pytest.raises(ValueError, match=r"data=msmarco_homo: regime heterogeneous keeps no training query.*"
                                          r"regime=homogeneous"):
         check_regime_keeps_positives(cfg.data.source, cfg.stages, where="data=msmarco_homo")
     for ok in (["data=msmarco_homo", "regime=homogeneous"], ["data=msmarco_hetero"], ["data=nfcorpus"]):
-        cfg = compose_cfg("train", ok)
+        cfg = compose_cfg("train", ["experiment=base", *ok])
         check_regime_keeps_positives(cfg.data.source, cfg.stages)
 
 
@@ -37,7 +38,7 @@ def test_beir_qrels_with_one_tier_under_homogeneous_are_refused():
 def test_the_training_job_refuses_it_before_writing_anything(tmp_path):
     from multipos.train import TrainingJob
 
-    cfg = compose_cfg("train", ["data=msmarco_homo", f"paths.output_dir={tmp_path / 'run'}"])
+    cfg = compose_cfg("train", ["experiment=base", "data=msmarco_homo", f"paths.output_dir={tmp_path / 'run'}"])
     with pytest.raises(ValueError, match="regime=homogeneous"):
         TrainingJob.setup(cfg)
     assert not (tmp_path / "run").exists()

@@ -16,9 +16,9 @@ from tests.helpers import compose_cfg
 from tests.test_configs import EXPERIMENT_NEEDS, EXPERIMENTS, job_config, sweep_cells
 from tests.test_study_cells import VARIANTS
 
-#: Beyond the studies: the main job and train.yaml's base, and settings that only count when a feature is on
-#: (re-mining while training, GradCache, a checkpoint's saved settings ignored).
-EXTRA = [("train", ["experiment=default"]), ("train", []),
+#: Beyond the studies: the main job (train.yaml's default experiment), and settings that only count when a feature
+#: is on (re-mining while training, GradCache, a checkpoint's saved settings ignored).
+EXTRA = [("train", ["experiment=default"]),
          ("train", ["experiment=default", "data.source.negative_refresh_epochs=1"]),
          ("train", ["experiment=default", "module.grad_cache_chunk_size=8"])]
 

@@ -224,7 +224,8 @@ def test_train_py_ddp_two_cpu_processes_writes_one_set_of_outputs(tiny_beir, tin
     out = tmp_path / "run"
     overrides = [o for o in tiny_overrides(tiny_beir, tiny_bert, out)  # gloo on CPU
                  if not o.startswith(("paths.output_dir", "trainer.accelerator", "trainer.deterministic"))]
-    cmd = [sys.executable, "train.py", f"hydra.run.dir={out}", "trainer=ddp", "trainer.accelerator=cpu",
+    cmd = [sys.executable, "train.py", "experiment=base", f"hydra.run.dir={out}", "trainer=ddp",
+           "trainer.accelerator=cpu",
            "trainer.devices=2", "eval.references=false", *overrides, *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
@@ -249,7 +250,7 @@ def test_train_py_ddp_two_cpu_processes_writes_one_set_of_outputs(tiny_beir, tin
 
 
 def test_submitit_slurm_launcher_composes_for_sweeps():
-    cfg = compose_cfg("train", ["hydra/launcher=submitit_slurm", "trainer=ddp", "trainer.devices=4",
+    cfg = compose_cfg("train", ["experiment=base", "hydra/launcher=submitit_slurm", "trainer=ddp", "trainer.devices=4",
                                 "trainer.num_nodes=2", "hydra.launcher.nodes=2", "hydra.launcher.tasks_per_node=4",
                                 "hydra.launcher.gpus_per_node=4"],
                       return_hydra_config=True)
@@ -266,7 +267,7 @@ def test_ddp_in_a_local_multirun_is_refused_unless_the_cluster_starts_the_proces
 
     for key in ("SLURM_NTASKS", "RANK", "LOCAL_RANK"):
         monkeypatch.delenv(key, raising=False)
-    cfg = compose_cfg("train", ["hydra.mode=MULTIRUN", "trainer=ddp"], return_hydra_config=True)
+    cfg = compose_cfg("train", ["experiment=base", "hydra.mode=MULTIRUN", "trainer=ddp"], return_hydra_config=True)
     HydraConfig.instance().set_config(cfg)
     try:
         check_launch(1)  # one process: nothing to launch
@@ -286,7 +287,8 @@ def test_train_py_ddp_query_side_two_cpu_processes(tiny_beir, tiny_bert, tmp_pat
     out = tmp_path / "run"
     overrides = [o for o in tiny_overrides(tiny_beir, tiny_bert, out)  # gloo on CPU
                  if not o.startswith(("paths.output_dir", "trainer.accelerator", "trainer.deterministic"))]
-    cmd = [sys.executable, "train.py", f"hydra.run.dir={out}", "trainer=ddp", "trainer.accelerator=cpu",
+    cmd = [sys.executable, "train.py", "experiment=base", f"hydra.run.dir={out}", "trainer=ddp",
+           "trainer.accelerator=cpu",
            "trainer.devices=2", "eval.references=false", "passages=frozen_index", f"passages.candidates={candidates}",
            "loss=jointlh", *overrides]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}

@@ -28,7 +28,7 @@ def _overrides(run_dir: Path, epochs: int = 2, step_checkpoints: bool = True) ->
     checkpoints only)."""
     dev = ("{_target_: multipos.evaluation.sets.EvalSet, name: nfcorpus_dev, path: nfcorpus, split: dev, "
            "metrics: [ndcg@10, recall@100], max_queries: 4, max_passages: 60}")
-    return [f"hydra.run.dir={run_dir}", "data=nfcorpus", "regime=homogeneous", "loss=rand1lh",
+    return [f"hydra.run.dir={run_dir}", "experiment=base", "data=nfcorpus", "regime=homogeneous", "loss=rand1lh",
             "data.source.max_queries=12",
             "data.source.ordering=given", "data.source.negative_depth=20", "data.batch_size=2", "data.group_size=3",
             "data.max_positives=2", "model.passage_max_length=32", *trainer_overrides(), f"trainer.max_epochs={epochs}",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from multipos.training.module import RetrieverModule, linear_warmup_decay
+from multipos.training.module import RetrieverModule, StageSettings, linear_warmup_decay
 from multipos.training.stages import make_stage, plan, schedule_spans
 from tests.helpers import compose_cfg
 
@@ -42,13 +42,14 @@ def test_empty_or_zero_epoch_plans_are_rejected():
 
 
 def test_curriculum_config_is_two_stages_with_configurable_second_objective():
-    cfg = compose_cfg("train", ["regime=curriculum", "loss=jointlh", "stages.gold.objective=summarglh",
+    cfg = compose_cfg("train", ["experiment=base", "regime=curriculum", "loss=jointlh",
+                                "stages.gold.objective=summarglh",
                                 "stages.gold.epochs=2", "trainer.max_epochs=3"])
     silver, gold = plan(cfg.stages)
     assert (silver.regime, silver.objective, silver.epochs) == ("homogeneous", "jointlh", 3)
     assert (gold.regime, gold.objective, gold.epochs, gold.optimizer, gold.lr_schedule) == (
         "gold", "summarglh", 2, "fresh", "restart")
-    default = plan(compose_cfg("train", ["regime=curriculum"]).stages)
+    default = plan(compose_cfg("train", ["experiment=base", "regime=curriculum"]).stages)
     assert default[1].objective == "singlelh"  # the paper's stage 2
 
 
@@ -74,12 +75,14 @@ def _lrs(module: RetrieverModule, steps: int, fit_steps: int) -> list[float]:
     return out
 
 
-def _module(**kw) -> RetrieverModule:
+def _module(**stage) -> RetrieverModule:
+    """A module over a bare linear layer, built as training builds it (:meth:`RetrieverModule.from_config`) with the
+    stage's settings ``stage`` (:class:`multipos.training.module.StageSettings` fields)."""
     from functools import partial
 
     model = torch.nn.Linear(2, 2)
-    return RetrieverModule(model, None, optimizer=partial(torch.optim.AdamW, lr=1.0), scheduler=linear_warmup_decay,
-                           warmup_ratio=0.0, **kw)
+    return RetrieverModule.from_config(model, None, optimizer=partial(torch.optim.AdamW, lr=1.0),
+                                       scheduler=linear_warmup_decay, warmup_ratio=0.0, stage=StageSettings(**stage))
 
 
 def test_continued_schedule_picks_up_where_the_previous_stage_stopped():

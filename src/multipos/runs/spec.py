@@ -78,7 +78,6 @@ NOT_IN_SPEC = {
     "run_name": "the run folder's name",
     "experiment_name": "the study's name (its sweep folder)",
     "logger.*": "where and how training is logged",
-    "report": "how a study is rendered (none here)",
     "report.*": "how a study is rendered",
     "optimized_metric": "the result a Hydra Optuna sweep reads back",
     "run_file": "evaluate.py scores the given TREC run as it is, with no spec and no run folder key",
