@@ -1,0 +1,88 @@
+"""Predicted against actual wall time of ``make train`` and ``make train DATA=...``, from a fresh clone.
+
+Both commands print a plan with an estimate before they start (:mod:`multipos.runs.plan`, the own-data path's
+``_estimate``): a few timed batches of encoding and of training on this machine, scaled by the job's counts
+(:mod:`multipos.runs.speed`). This benchmark clones the repository at HEAD into a temporary folder (the virtual
+environment linked, not reinstalled), runs the command there with an empty cache (so every corpus is encoded, as on a
+fresh machine), reads the estimate the command printed ("expected wall time: about N min") and times the whole
+command. One JSON line per command in ``bench/results/plan_vs_actual.jsonl``: the command, predicted and actual
+minutes, their ratio, the precision, the machine (``bench/common.py``), and the printed summary line of the main job.
+
+    python bench/bench_plan.py                                   # make train (3 seeds), about 15-25 min on 2 cores
+    python bench/bench_plan.py --data <BEIR folder> --budget 10  # make train DATA=... BUDGET=10
+    MULTIPOS_BF16=0 python bench/bench_plan.py                   # the fp32 path (a CPU without native bf16)
+
+Start-up, BM25 and scoring are not in the estimate (it says so), so actual / predicted above 1 is expected; the
+line records by how much. Run nothing else on the machine meanwhile: other jobs slow the command, not the estimate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import REPO, append_result, machine_info  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "plan_vs_actual.jsonl"
+ESTIMATE = re.compile(r"expected wall time: about (\d+(?:\.\d+)?) min")
+
+
+def predicted_minutes(output: str) -> float | None:
+    """The minutes of the first ``expected wall time: about N min`` line in ``output`` (None when none is printed)."""
+    match = ESTIMATE.search(output)
+    return float(match.group(1)) if match else None
+
+
+def run_make(clone: Path, make_args: list[str], env: dict, log: Path) -> tuple[float, str, int]:
+    """Run ``make -o .venv/.installed train <make_args>`` in ``clone`` (the linked environment counts as installed),
+    teeing its output to ``log`` → (wall seconds, output, exit status)."""
+    start = time.perf_counter()
+    with log.open("w") as f:
+        proc = subprocess.Popen(["make", "-o", ".venv/.installed", "train", *make_args], cwd=clone, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines = []
+        for line in proc.stdout:
+            f.write(line)
+            lines.append(line)
+        status = proc.wait()
+    return time.perf_counter() - start, "".join(lines), status
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", help="a BEIR folder or Tevatron .jsonl: make train DATA=... instead of the main job")
+    ap.add_argument("--budget", type=float, default=20, help="BUDGET= minutes of recipe search (with --data)")
+    ap.add_argument("--seeds", default="42,43,44")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+
+    make_args = [f"SEEDS={args.seeds}"]
+    if args.data:
+        make_args += [f"DATA={Path(args.data).resolve()}", f"BUDGET={args.budget:g}"]
+    with tempfile.TemporaryDirectory(prefix="bench-plan-") as tmp:
+        clone = Path(tmp) / "clone"
+        subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+        (clone / ".venv").symlink_to(REPO / ".venv")
+        env = {**os.environ, "MULTIPOS_CACHE": str(Path(tmp) / "cache")}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        wall, output, status = run_make(clone, make_args, env, Path(tmp) / "make.log")
+    predicted = predicted_minutes(output)
+    summary = [line for line in output.splitlines() if "ndcg@10" in line.lower()][-3:]
+    res = {"bench": "plan_vs_actual", **machine_info(), "command": "make train " + " ".join(make_args),
+           "bf16_env": os.environ.get("MULTIPOS_BF16"), "exit_status": status, "predicted_min": predicted,
+           "actual_min": round(wall / 60, 2),
+           "actual_over_predicted": round(wall / 60 / predicted, 2) if predicted else None,
+           "summary": summary}
+    append_result(args.out, res)
+    return res
+
+
+if __name__ == "__main__":
+    main()
