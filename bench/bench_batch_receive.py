@@ -11,8 +11,7 @@ order) at ``bench_speed.py``'s GPU batch size, B=64 (the study's is 32), made by
 * ``receive_s_groups`` / ``receive_s_no_groups``: seconds of the loader's ``next()`` with the groups in the batch (the
   judged passages of each query: what data-parallel training and ``candidates=corpus`` need) and without them
   (:meth:`multipos.training.module.RetrieverModule.needs_batch_groups` False, the default in one process since
-  2026-11-27),
-  ``--wait-ms`` (default 30: a step on the device) after the last batch, the two loaders taking turns;
+  2026-11-27), ``--wait-ms`` (default 30: a step on the device) after the last batch, the two loaders taking turns;
   ``receive_groups_vs_no_groups`` their ratio (> 1: leaving the groups behind is faster);
 * ``stage_s_torch`` / ``stage_s_one_thread``: seconds to copy one received batch's token tensors and masks into
   staging memory, ``--wait-ms`` after the last copy, with PyTorch's copy (``Tensor.pin_memory`` on CUDA; elsewhere
@@ -33,7 +32,6 @@ import argparse
 import statistics
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 from common import REPO, append_result, machine_info
@@ -61,13 +59,11 @@ def data_module(workers: int):
 
 
 def loader(dm, keep_groups: bool):
-    """The training loader as a module that does (not) need the groups makes it (a stand-in trainer)."""
-    module = SimpleNamespace(needs_batch_groups=lambda: keep_groups)
-    dm.trainer = SimpleNamespace(lightning_module=module, world_size=1, global_rank=0, current_epoch=0)
-    try:
-        return dm.train_dataloader()
-    finally:
-        dm.trainer = None
+    """The training loader of a stage whose module does (not) need the groups (:class:`multipos.data.StageInputs`)."""
+    from dataclasses import replace
+
+    dm.set_inputs(replace(dm.inputs, batch_groups=keep_groups))
+    return dm.train_dataloader()
 
 
 def tensors(batch) -> list[torch.Tensor]:

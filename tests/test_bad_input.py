@@ -10,7 +10,6 @@ import json
 import logging
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -324,9 +323,11 @@ def test_tokenizer_larger_than_the_embedding_matrix(tiny_bert, tmp_path):
                                          rf"matrix has {rows} rows"):
         DualEncoder(str(ckpt))
     # data.tokenizer pointing at another checkpoint than the trained model: checked when training starts
+    from multipos.data import StageInputs
+
     model = DualEncoder(str(tiny_bert))
     dm = datamodule(tmp_path / "unused", ckpt)
-    dm.trainer = SimpleNamespace(lightning_module=SimpleNamespace(model=model), current_epoch=0)
+    dm.set_inputs(StageInputs(encoder=model))  # the model the stage trains, without its tokenizer
     with pytest.raises(ValueError, match=rf"data.tokenizer={ckpt}: the tokenizer has {len(vocab)} tokens"):
         dm.train_dataloader()
 

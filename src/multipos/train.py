@@ -1,6 +1,6 @@
 """The main job: train a dual encoder through its stages (:mod:`multipos.training.stages`), then evaluate it.
 
-``python train.py loss=<objective> data=<regime config> model=<encoder>`` or ``python train.py -m
+``python train.py [overrides]`` (the main job, ``conf/experiment/default.yaml``) or ``python train.py -m
 experiment=<study>`` (Hydra entry point at the repository root) calls :func:`train`. Outputs in the run
 directory (files listed in :mod:`multipos.evaluation.runner`), plus:
 
@@ -44,6 +44,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from multipos import atomic
 from multipos.assets import cache_dir
+from multipos.data.datamodule import StageInputs
 from multipos.evaluation.runner import Evaluation
 from multipos.hardware import return_freed_memory, set_torch_threads
 from multipos.model.interpolation import interpolate_toward_start
@@ -152,15 +153,15 @@ class TrainingJob:
         # checkpoint and tokenizer errors, before anything is written
         model = instantiate(self.model, **self.start_weights, pack_sequences=self.pack_sequences)
         frozen = bool(self.passages and self.passages.get("frozen"))  # query-side: the frozen index
-        datamodule = instantiate(self.data, seed=self.seed, encoder=model, tokenize_passages=not frozen)
+        datamodule = instantiate(self.data, seed=self.seed, tokenize_passages=not frozen)
+        datamodule.set_inputs(StageInputs.of_encoder(model))  # its tokenizer and prompts: training sees eval's inputs
         world = trainer_world_size(self.fit.trainer)  # data-parallel processes: optimizer steps per epoch per rank
         check_launch(world)
         # data errors here
         steps = [datamodule.steps_per_epoch(s.regime, world) * s.epochs if s.epochs else 0 for s in stages]
-        noise = getattr(datamodule.source, "label_noise", None)
-        if noise is not None and zero:  # which positives were replaced, per query: the run can be audited
-            atomic.write_json(out / "label_noise.json", {"rate": noise.rate, "kind": noise.kind, "seed": noise.seed,
-                                                         "exclude": noise.exclude, "queries": noise.record})
+        for name, content in datamodule.run_files().items():  # label_noise.json: which positives were replaced
+            if zero:
+                atomic.write_json(out / name, content)
         spans = schedule_spans(stages, steps)
         # query-side: freeze E_d, encode the corpus once (the embedding cache)
         index = frozen_passage_index(self.passages, model, datamodule.corpus, cache_dir())

@@ -150,16 +150,20 @@ def test_a_loader_with_pin_memory_pins_every_tensor_of_each_batch(tiny_beir, tin
         batch.passages["input_ids"]
 
 
-@pytest.mark.parametrize("needs", [None, False, True], ids=["no_answer", "not_needed", "needed"])
-def test_batches_carry_their_groups_unless_the_trainer_s_module_needs_none(tiny_beir, tiny_bert, needs):
-    """``needs_batch_groups()`` of the trainer's module
-    (:meth:`multipos.training.module.RetrieverModule.needs_batch_groups`):
-    False leaves the groups in the worker; a module that does not answer, or no trainer, keeps them. Everything
-    else in the batch is the same."""
+@pytest.mark.parametrize("needs", [None, False, True], ids=["not_said", "not_needed", "needed"])
+def test_batches_carry_their_groups_unless_the_stage_inputs_say_none_are_needed(tiny_beir, tiny_bert, needs):
+    """:attr:`multipos.data.StageInputs.batch_groups` (the stage's module says it:
+    :meth:`multipos.training.module.RetrieverModule.needs_batch_groups`): False leaves the groups in the worker;
+    inputs that do not say, or none handed over, keep them. Everything else in the batch is the same, and the data
+    module asks the trainer's module nothing."""
+    from multipos.data import StageInputs
+
     dm = _datamodule(tiny_beir, tiny_bert)
     keys = [dm.dataset[(0, 0)], dm.dataset[(1, 0)]]
-    kept = dm.train_dataloader().collate_fn(keys)  # no trainer
-    module = SimpleNamespace() if needs is None else SimpleNamespace(needs_batch_groups=lambda: needs)
+    kept = dm.train_dataloader().collate_fn(keys)  # no trainer, no inputs
+    if needs is not None:
+        dm.set_inputs(StageInputs(batch_groups=needs))
+    module = SimpleNamespace(needs_batch_groups=lambda: not needs)  # contradicts the inputs: never asked
     dm.trainer = SimpleNamespace(lightning_module=module, world_size=1, global_rank=0, current_epoch=0)
     batch = pickle.loads(pickle.dumps(dm.train_dataloader().collate_fn(keys)))  # as a worker sends it
     assert kept.groups == keys

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from multipos.data import MultiPosDataModule
+from multipos.data import MultiPosDataModule, StageInputs
 from multipos.data.collate import GroupCollator
 from multipos.data.passage_tokens import PassageTokens
 from multipos.data.sources import BeirGradedSource
@@ -61,7 +61,7 @@ def test_the_store_follows_the_prompt_the_length_and_refreshed_pools(tiny_beir, 
     dm = _datamodule(tiny_beir, tiny_bert)
     first = dm.passage_tokens()
     assert dm.passage_tokens() is first
-    dm.passage_prompt = "passage: "
+    dm.set_inputs(StageInputs(passage_prompt="passage: "))  # the model's prompt, handed over
     second = dm.passage_tokens()
     assert second is not first and second.prompt == "passage: "
     groups = [dm.dataset[(i, 0)] for i in range(4)]
@@ -140,7 +140,7 @@ def test_padding_on_the_tokenizers_side_and_an_appended_eos_as_decoder_embedders
     tok.eos_token = "[SEP]"
     ensure_eos(tok)
     tok.padding_side = side
-    dm._tokenizer = tok  # as use_encoder_inputs hands the model's tokenizer over
+    dm.set_inputs(StageInputs(tokenizer=tok))  # as a stage hands the model's tokenizer over
     for k, pid in enumerate(dm.corpus.ids):  # passages of 1 to 4 words: batches that need padding
         passage = dm.corpus[pid]
         dm.corpus.passages[pid] = Passage(pid, "", " ".join(passage.text.split()[: 1 + k % 4]))

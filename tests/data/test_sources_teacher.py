@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from multipos.data.sources import BeirGradedSource, teacher_order
+from multipos.data.preparation import teacher_order
+from multipos.data.sources import BeirGradedSource
 from multipos.formats.beir import read_corpus, read_queries
 from multipos.model.encoder import DualEncoder
 from multipos.retrieval.encoding import encode

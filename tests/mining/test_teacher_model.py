@@ -32,11 +32,13 @@ def test_the_teacher_scores_positives_and_hard_negatives_once(tiny_beir, tiny_te
     monkeypatch.setenv("MULTIPOS_CACHE", str(tmp_path / "cache"))
     settings = {"path": str(tiny_teachers / kind), "kind": kind, "temperature": 0.5, "negatives": 3}
     source = BeirGradedSource(str(tiny_beir), "qrels-graded/train.s-3.qrel", negative_depth=5, teacher_model=settings)
-    _, queries = source.load()
+    prepared = source.prepare()
+    queries = prepared.queries
     for q in queries:
         assert set(q.teacher_scores) == {*q.gold, *q.silver, *q.negatives[:3]}
         assert sum(q.weights.values()) == pytest.approx(1.0)
-    assert source.teacher_counts["scored_queries"] == 5 and source.teacher_counts["unscored_positives"] == 0
+    counts = prepared.counts("teacher_scores")  # the step's report
+    assert counts["scored_queries"] == 5 and counts["unscored_positives"] == 0
     cached = list((tmp_path / "cache" / "teacher_model").glob("*.json"))
     assert len(cached) == 1
 

@@ -83,13 +83,13 @@ def test_a_given_prompt_and_the_checkpoint_s_own(tiny_bert, tmp_path):
 
 
 def test_training_batches_carry_the_model_s_prompts(tiny_beir, tiny_bert):
-    from multipos.data import MultiPosDataModule
+    from multipos.data import MultiPosDataModule, StageInputs
     from multipos.data.sources import BeirGradedSource
 
     model = DualEncoder(str(tiny_bert), query_prompt="query: ", passage_prompt="passage: ")
     dm = MultiPosDataModule(BeirGradedSource(str(tiny_beir), "qrels-graded/train.s-3.qrel", negative_depth=20),
                             str(tiny_bert), regime="heterogeneous", group_size=4, max_positives=2, batch_size=2)
-    dm.use_encoder_inputs(model)
+    dm.set_inputs(StageInputs.of_encoder(model))
     dm.set_stage("heterogeneous", None)
     dm.setup()
     batch = dm.collate([dm.dataset[(0, 0)], dm.dataset[(1, 0)]])

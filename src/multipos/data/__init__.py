@@ -10,7 +10,9 @@ line readers — is :mod:`multipos.formats.types`, below every layer)
 * :mod:`~multipos.formats.trec` — qrels (TREC and BEIR TSV) and TREC runs;
 * :mod:`~multipos.formats.tevatron` — Tevatron training JSONL / HF datasets (the paper's data schema);
 * :mod:`~multipos.formats.dpr` — the DPR releases (Wikipedia passages TSV, QA files) for answer-match evaluation;
-* :mod:`~multipos.data.sources` — ``BeirGradedSource``, ``TevatronSource``, BM25 mining, teacher ordering;
+* :mod:`~multipos.data.sources` — ``BeirGradedSource``, ``TevatronSource``: each reads its format, and only that;
+* :mod:`~multipos.data.preparation` — the steps every source's data goes through, in one order (``STEPS``): hard
+  negatives (BM25 mining), teacher ordering, negative filtering, teacher scores, grade weights, label noise;
 * :mod:`~multipos.mining.dense_negatives` — dense hard negatives, ANCE-style refresh mining (the callback:
   ``multipos.training.callbacks.NegativeRefresh``);
 * :mod:`~multipos.data.groups` — ``TrainQuery``, ``GroupBuilder``, ``group_masks`` (the paper's group composition);
@@ -19,11 +21,12 @@ line readers — is :mod:`multipos.formats.types`, below every layer)
 * :mod:`~multipos.data.collate` — the ``Batch`` and its collator;
 * :mod:`~multipos.data.loader` — the training loader: ``EpochSampler``, ``ResumableLoader``, how its workers start
   and send batches;
-* :mod:`~multipos.data.datamodule` — ``MultiPosDataModule``.
+* :mod:`~multipos.data.datamodule` — ``MultiPosDataModule`` and the ``StageInputs`` a stage hands it.
 
-``MultiPosDataModule`` is importable from here: ``conf/data`` instantiates ``multipos.data.MultiPosDataModule``.
+``MultiPosDataModule`` and ``StageInputs`` are importable from here: ``conf/data`` instantiates
+``multipos.data.MultiPosDataModule``.
 """
 
-from multipos.data.datamodule import MultiPosDataModule
+from multipos.data.datamodule import MultiPosDataModule, StageInputs
 
-__all__ = ["MultiPosDataModule"]
+__all__ = ["MultiPosDataModule", "StageInputs"]

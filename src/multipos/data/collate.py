@@ -16,17 +16,14 @@ from multipos.model.transfer import pinned, to_device
 class Batch:
     """One training batch (B queries, G passages each).
 
-    query: tokenizer output (:data:`multipos.model.encoder.ENCODER_INPUTS`), tensors [B, Lq]; passages: the same, [B·G,
-    Lp],
-    or None when the passages are
-    looked up in a frozen passage index instead of encoded (query-side fine-tuning,
-    :mod:`multipos.training.passage_index`);
+    query: tokenizer output (:data:`multipos.model.encoder.ENCODER_INPUTS`), tensors [B, Lq]; passages: the same,
+    [B·G, Lp], or None when the passages are looked up in a frozen passage index instead of encoded (query-side
+    fine-tuning, :mod:`multipos.training.passage_index`);
     positive_mask / negative_mask: bool [B, B·G] (see :func:`multipos.data.groups.group_masks`);
     query_ids: [B]; passage_ids: [B·G], the id of each column; groups: the B groups (judged passages per query,
     for the masks over a global batch in data-parallel training, :mod:`multipos.training.distributed`, and for every
-    corpus
-    passage a candidate, :mod:`multipos.training.corpus_candidates`), or None where the training module needs neither
-    (:meth:`multipos.training.module.RetrieverModule.needs_batch_groups`).
+    corpus passage a candidate, :mod:`multipos.training.corpus_candidates`), or None where the training stage needs
+    neither (:attr:`multipos.data.datamodule.StageInputs.batch_groups`).
     """
 
     query: dict[str, torch.Tensor]
@@ -55,8 +52,7 @@ class Batch:
         """The same batch with its token tensors and masks on ``device`` (ids and groups stay Python objects); what
         Lightning calls to move a batch (:meth:`multipos.data.datamodule.MultiPosDataModule.transfer_batch_to_device`).
         To a CUDA device the copies are pinned and non-blocking (:func:`multipos.model.transfer.to_device`): the host
-        does not
-        wait for the previous step's kernels."""
+        does not wait for the previous step's kernels."""
         return self._map(lambda t: to_device(t, device))
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
 import lightning as L
 import torch
@@ -14,6 +15,7 @@ from multipos.data.collate import Batch, GroupCollator
 from multipos.data.groups import REGIME_RULES, REGIMES, Group, GroupBuilder, TrainQuery, negative_shortfall
 from multipos.data.loader import EpochSampler, ResumableLoader, WorkerInit, worker_start_method
 from multipos.data.passage_tokens import PassageTokens
+from multipos.data.preparation import PreparedData
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +45,46 @@ class GroupDataset(Dataset):
         return self.builder.build(q, pos, epoch, self.fallback_ids)
 
 
+@dataclass(frozen=True)
+class StageInputs:
+    """What a training stage's batches need from the model being trained, handed to the data module explicitly
+    (:meth:`MultiPosDataModule.set_inputs`) rather than looked up in the trainer's module.
+
+    Attributes:
+        tokenizer: the Hugging Face tokenizer the model reads (with the EOS rule of last-token pooling); None: the
+            data module's ``tokenizer`` checkpoint, loaded by name.
+        query_prompt, passage_prompt: text put before every query / passage, as the model's encoders put it.
+        batch_groups: whether each batch carries its groups (``Batch.groups``): the masks over the global batch of
+            data-parallel training, every-passage candidates and soft targets read them
+            (:meth:`multipos.training.module.RetrieverModule.needs_batch_groups`); False leaves them in the DataLoader
+            workers (:class:`GroupCollator`).
+        encoder: the :class:`multipos.model.encoder.DualEncoder` being trained, or None: the tokenizer is checked
+            against its query encoder's embedding rows before the first batch, and it is the encoder a dense refresh of
+            the hard negatives mines with.
+    """
+
+    tokenizer: Any = None
+    query_prompt: str = ""
+    passage_prompt: str = ""
+    batch_groups: bool = True
+    encoder: Any = None
+
+    @classmethod
+    def of_encoder(cls, encoder, batch_groups: bool = True) -> StageInputs:
+        """The inputs of a :class:`~multipos.model.encoder.DualEncoder`: its tokenizer, its query / passage prompts
+        and the encoder itself; ``batch_groups`` as the stage's module needs them."""
+        return cls(encoder.tokenizer, encoder.query_prompt, encoder.passage_prompt, batch_groups, encoder)
+
+
 class MultiPosDataModule(L.LightningDataModule):
     """Training data for multi-positive contrastive learning.
 
     Args:
-        source: object with ``load() -> (Corpus, list[TrainQuery])`` (see :mod:`multipos.data.sources`).
+        source: a :class:`multipos.data.sources.Source` (``prepare() -> PreparedData``: the data read and prepared,
+            :mod:`multipos.data.preparation`).
         name: label used in run names.
-        tokenizer: HF checkpoint name/path whose tokenizer is used (normally ``${model.name_or_path}``).
+        tokenizer: HF checkpoint name/path whose tokenizer is used unless the model's is handed over
+            (:class:`StageInputs`; normally ``${model.name_or_path}``).
         regime: positive regime (``homogeneous`` | ``heterogeneous`` | ``gold`` | ``all``) until a stage sets its
             own with :meth:`set_stage` (training always does: the stage plan of ``regime=<name>``, ``conf/regime``).
         group_size: G; max_positives: M; positive_selection: ``first`` | ``random``;
@@ -58,11 +93,12 @@ class MultiPosDataModule(L.LightningDataModule):
         budget: annotation-budget allocation ``{positives_per_query, query_fraction, seed, pool_min_positives}``
             (:class:`multipos.data.budget.AnnotationBudget`), or None for every query with all its positives.
         seed: seed for group construction and shuffling; num_workers: DataLoader workers.
+        tokenize_passages: False under query-side fine-tuning, whose batches carry the passages' ids alone
+            (``Batch.passages`` None) because their embeddings come from the frozen passage index.
 
-    ``encoder``: the :class:`multipos.model.encoder.DualEncoder` being trained, whose tokenizer and prompts the
-    batches use (:meth:`use_encoder_inputs`; None: ``tokenizer`` and no prompts). ``tokenize_passages`` (default
-    True): False under query-side fine-tuning, whose batches carry the passages' ids alone (``Batch.passages`` None)
-    because their embeddings come from the frozen passage index.
+    What the batches need from the model (its tokenizer and prompts, whether batches carry their groups, the encoder)
+    comes in a :class:`StageInputs` (:meth:`set_inputs`); until then the ``tokenizer`` checkpoint's, no prompts,
+    groups kept and no encoder. The module knows data only: it never looks into the trainer's model.
     ``pin_memory`` (attribute, default False): the training ``DataLoader``'s own pin-memory thread receives each batch
     from the workers and pins it (:meth:`Batch.pin_memory`), instead of the main process when it moves the batch;
     not a config setting yet: ``bench/bench_speed.py`` times it against the default on a GPU (docs/gpu.md).
@@ -81,8 +117,7 @@ class MultiPosDataModule(L.LightningDataModule):
     def __init__(self, source, tokenizer: str, name: str = "", regime: str = "heterogeneous", group_size: int = 8,
                  max_positives: int = 4, positive_selection: str = "first", negative_selection: str = "random",
                  batch_size: int = 16, query_max_length: int = 32, passage_max_length: int = 128,
-                 budget: dict | None = None, seed: int = 0, num_workers: int = 0, encoder=None,
-                 tokenize_passages: bool = True):
+                 budget: dict | None = None, seed: int = 0, num_workers: int = 0, tokenize_passages: bool = True):
         super().__init__()
         if regime not in REGIMES:
             hint = " (the curriculum is a stage plan: regime=curriculum)" if regime == "curriculum" else ""
@@ -100,37 +135,53 @@ class MultiPosDataModule(L.LightningDataModule):
         self.builder_args = dict(group_size=group_size, max_positives=max_positives,
                                  positive_selection=positive_selection, negative_selection=negative_selection)
         GroupBuilder(**self.builder_args)  # validate G/M and selection names now, not at the first batch
+        #: the source's data after the preparation steps (:meth:`training_queries` reads it on first use)
+        self.prepared: PreparedData | None = None
         self.corpus = None
         self.queries: list[TrainQuery] = []
-        self._tokenizer = None
+        self.inputs = StageInputs()
+        self._named_tokenizer = None
         self.dataset: GroupDataset | None = None
         self.stats: dict = {}
         self.negative_pools: dict[str, list[str]] | None = None
         #: False under query-side fine-tuning: batches carry passage ids only (looked up in the frozen index)
         self.tokenize_passages = tokenize_passages
-        #: text put before every query / passage (the trained model's prompts: :meth:`use_encoder_inputs`)
-        self.query_prompt, self.passage_prompt = "", ""
-        #: the training passages tokenised once (:meth:`passage_tokens`), and what its last call answered for
+        #: the training passages tokenised once (:meth:`passage_tokens`), and (settings, answer) of its last call for
+        #: the current groups and pools; set back to None whenever those, or the inputs, change
         self._passage_tokens: PassageTokens | None = None
-        self._passage_tokens_for: tuple | None = None
-        if encoder is not None:
-            self.use_encoder_inputs(encoder)
+        self._passage_tokens_answer: tuple | None = None
 
-    def use_encoder_inputs(self, model) -> None:
-        """Tokenise as ``model`` (a :class:`multipos.model.encoder.DualEncoder`) does: its tokenizer (with the EOS rule
-        of
-        last-token pooling) and its query / passage prompts, so training sees the inputs evaluation and
-        sentence-transformers see (the constructor's ``encoder`` calls it)."""
-        self._tokenizer = model.tokenizer
-        self.query_prompt, self.passage_prompt = model.query_prompt, model.passage_prompt
+    def set_inputs(self, inputs: StageInputs) -> None:
+        """Tokenise and batch as the model being trained needs (:class:`StageInputs`), from the next batch on: call
+        it when a stage starts, before its first batch. When the tokenizer or a prompt changes after :meth:`setup`,
+        the truncated shares of the stage record are measured again."""
+        old, self.inputs = self.inputs, inputs
+        if inputs.tokenizer is not old.tokenizer:
+            self._passage_tokens = None  # tokenised by another tokenizer
+        self._passage_tokens_answer = None
+        changed = (inputs.tokenizer is not old.tokenizer or inputs.query_prompt != old.query_prompt
+                   or inputs.passage_prompt != old.passage_prompt)
+        if changed and self.dataset is not None:
+            self.stats["truncated"] = self._measure_truncation()
+
+    @property
+    def query_prompt(self) -> str:
+        """Text put before every query (:attr:`StageInputs.query_prompt`)."""
+        return self.inputs.query_prompt
+
+    @property
+    def passage_prompt(self) -> str:
+        """Text put before every passage (:attr:`StageInputs.passage_prompt`)."""
+        return self.inputs.passage_prompt
 
     def set_stage(self, regime: str, single_positive: str | None) -> None:
         """Select the positive regime and the single-positive rule of the next stage (from its stage config); the
-        stage starts from the source's hard negatives."""
+        stage starts from the source's hard negatives. Raises ValueError for an unknown regime."""
         if regime not in REGIMES:
             raise ValueError(f"unknown regime {regime!r}; allowed: {', '.join(REGIMES)}")
         self.stage_regime, self.single_positive = regime, single_positive
         self.dataset, self.negative_pools = None, None
+        self._passage_tokens_answer = None
 
     def set_negatives(self, pools: dict[str, list[str]] | None) -> None:
         """Build groups from ``pools`` ({query id → hard negatives, best first}) instead of the source's mined
@@ -139,27 +190,38 @@ class MultiPosDataModule(L.LightningDataModule):
         self.negative_pools = pools
         if self.dataset is not None:
             self.dataset.pools = pools
+        self._passage_tokens_answer = None
 
     @property
     def tokenizer(self):
-        """The Hugging Face tokenizer named by the ``tokenizer`` argument, loaded on first use (a DataLoader worker
-        that receives this module pickled loads its own)."""
-        if self._tokenizer is None:
+        """The tokenizer of :class:`StageInputs`, else the Hugging Face tokenizer named by the ``tokenizer``
+        argument, loaded on first use (a DataLoader worker that receives this module pickled loads its own)."""
+        if self.inputs.tokenizer is not None:
+            return self.inputs.tokenizer
+        if self._named_tokenizer is None:
             from transformers import AutoTokenizer
 
             from multipos.assets import resolve_model
 
-            self._tokenizer = AutoTokenizer.from_pretrained(resolve_model(self.tokenizer_name))
-        return self._tokenizer
+            self._named_tokenizer = AutoTokenizer.from_pretrained(resolve_model(self.tokenizer_name))
+        return self._named_tokenizer
 
     def training_queries(self, regime: str | None = None) -> list[TrainQuery]:
-        """The training queries of ``regime`` (default: the current stage's) after the budget, if any."""
+        """The training queries of ``regime`` (default: the current stage's) after the budget, if any; the source
+        is read and prepared on the first call."""
         regime = regime or self.stage_regime
-        if self.corpus is None:
-            self.corpus, self.queries = self.source.load()
+        if self.prepared is None:
+            self.prepared = self.source.prepare()
+            self.corpus, self.queries = self.prepared.corpus, self.prepared.queries
         if self._budget is None:
             return self.queries
         return self._budget.apply(self.queries, regime)
+
+    def run_files(self) -> dict[str, dict]:
+        """{file name → JSON content} the preparation steps leave for the run folder (``label_noise.json``: which
+        positives were replaced, per query), reading the source first if needed."""
+        self.training_queries()
+        return self.prepared.files()
 
     def steps_per_epoch(self, regime: str | None = None, world_size: int = 1) -> int:
         """Optimizer steps in one epoch of ``regime`` (batches, last partial batch dropped when full ones exist),
@@ -193,44 +255,68 @@ class MultiPosDataModule(L.LightningDataModule):
                 f"{silver} silver positive labels; {why}")
 
     def setup(self, stage: str | None = None) -> None:
-        if self.dataset is None:
-            queries = self.training_queries()
-            builder = GroupBuilder(**self.builder_args, single_positive=self.single_positive,
-                                   pin_first=self.stage_regime == "heterogeneous", seed=self.seed)
-            dataset = GroupDataset(queries, self.stage_regime, builder, self.corpus.ids)
-            dataset.pools = self.negative_pools
-            if len(dataset) == 0:
-                raise ValueError(self._empty_message(self.stage_regime, len(queries)))
-            kept = {q.query_id for q, _ in dataset.items}
-            log.info(self.regime_summary(self.stage_regime, len(dataset), sum(len(pos) for _, pos in dataset.items)))
-            skipped = [q.query_id for q in queries if q.query_id not in kept]
-            if skipped:
-                log.warning("regime %s: skipped %d of %d training queries with no positive under it, e.g. %s",
-                            self.stage_regime, len(skipped), len(queries), skipped[:5])
-            short = negative_shortfall(builder, dataset.items, self.corpus.ids)
-            if short:
-                example = next(iter(short.items()))
-                log.warning("%d of %d training queries have fewer mined hard negatives than their group needs "
-                            "(G=%d minus positives); random corpus passages fill the rest, e.g. %r lacks %d",
-                            len(short), len(dataset), builder.group_size, *example)
-            self.dataset = dataset
-            labels = sum(len(pos) for _, pos in self.dataset.items)
-            self.stats = {"regime": self.stage_regime, "training_queries": len(self.dataset),
-                          "positive_labels": labels, "all_queries": len(self.queries), "budget": self.budget,
-                          "skipped_no_positive": len(skipped), "topped_up_negatives": len(short)}
-            if getattr(self.source, "filter_counts", None):  # positive-aware filtering of the mined negatives
-                self.stats["negative_filter"] = dict(self.source.filter_counts)
-            if getattr(self.source, "teacher_counts", None):  # teacher scores as soft targets
-                self.stats["teacher_scores"] = dict(self.source.teacher_counts)
-            if getattr(self.source, "noise_counts", None):  # controlled label noise (multipos.data.label_noise)
-                self.stats["label_noise"] = dict(self.source.noise_counts)
-            log.info("regime %s: %d of %d training queries, %d positive labels%s", self.stage_regime,
-                     len(self.dataset), len(self.queries), labels, f" (budget {self.budget})" if self.budget else "")
-            shares = self.truncated_shares()
-            self.stats["truncated"] = shares
-            log.info("lengths: query_max_length %d truncates %.1f%% of the training queries, passage_max_length %d "
-                     "%.1f%% of the corpus passages (a sample of at most 5,000)", self.query_max_length,
-                     100 * shares["queries"], self.passage_max_length, 100 * shares["passages"])
+        """Build the current stage's groups, once per stage (Lightning calls it again when fitting): the groups
+        (:meth:`_build_groups`), what the regime and the hard negatives leave out (:meth:`_report_coverage`), the
+        stage record (:meth:`_stage_record`) and what the lengths cut off (:meth:`_measure_truncation`). Raises as
+        the class says."""
+        if self.dataset is not None:
+            return
+        queries = self.training_queries()
+        dataset, builder = self._build_groups(queries)
+        skipped, short = self._report_coverage(dataset, builder, queries)
+        self.dataset = dataset
+        self._passage_tokens_answer = None
+        self.stats = self._stage_record(skipped, short)
+        self.stats["truncated"] = self._measure_truncation()
+
+    def _build_groups(self, queries: list[TrainQuery]) -> tuple[GroupDataset, GroupBuilder]:
+        """The stage's :class:`GroupDataset` over ``queries`` and its builder. Raises ValueError when no query keeps a
+        positive under the stage's regime."""
+        builder = GroupBuilder(**self.builder_args, single_positive=self.single_positive,
+                               pin_first=self.stage_regime == "heterogeneous", seed=self.seed)
+        dataset = GroupDataset(queries, self.stage_regime, builder, self.corpus.ids)
+        dataset.pools = self.negative_pools
+        if len(dataset) == 0:
+            raise ValueError(self._empty_message(self.stage_regime, len(queries)))
+        return dataset, builder
+
+    def _report_coverage(self, dataset: GroupDataset, builder: GroupBuilder,
+                         queries: list[TrainQuery]) -> tuple[list[str], dict[str, int]]:
+        """Log what the regime keeps, the queries it skips and those whose hard negatives cannot fill their group →
+        (skipped query ids, {query id → negatives missing}). Raises ValueError for a group the corpus cannot fill
+        (:func:`negative_shortfall`)."""
+        kept = {q.query_id for q, _ in dataset.items}
+        log.info(self.regime_summary(self.stage_regime, len(dataset), sum(len(pos) for _, pos in dataset.items)))
+        skipped = [q.query_id for q in queries if q.query_id not in kept]
+        if skipped:
+            log.warning("regime %s: skipped %d of %d training queries with no positive under it, e.g. %s",
+                        self.stage_regime, len(skipped), len(queries), skipped[:5])
+        short = negative_shortfall(builder, dataset.items, self.corpus.ids)
+        if short:
+            example = next(iter(short.items()))
+            log.warning("%d of %d training queries have fewer mined hard negatives than their group needs "
+                        "(G=%d minus positives); random corpus passages fill the rest, e.g. %r lacks %d",
+                        len(short), len(dataset), builder.group_size, *example)
+        return skipped, short
+
+    def _stage_record(self, skipped: list[str], short: dict[str, int]) -> dict:
+        """The stage's data as its record in ``run_info.json`` says it (queries, labels, budget, what was skipped or
+        topped up, the counts of the preparation steps that record theirs), logged in one line."""
+        labels = sum(len(pos) for _, pos in self.dataset.items)
+        stats = {"regime": self.stage_regime, "training_queries": len(self.dataset), "positive_labels": labels,
+                 "all_queries": len(self.queries), "budget": self.budget, "skipped_no_positive": len(skipped),
+                 "topped_up_negatives": len(short), **self.prepared.stats()}
+        log.info("regime %s: %d of %d training queries, %d positive labels%s", self.stage_regime,
+                 len(self.dataset), len(self.queries), labels, f" (budget {self.budget})" if self.budget else "")
+        return stats
+
+    def _measure_truncation(self) -> dict[str, float]:
+        """:meth:`truncated_shares`, logged."""
+        shares = self.truncated_shares()
+        log.info("lengths: query_max_length %d truncates %.1f%% of the training queries, passage_max_length %d "
+                 "%.1f%% of the corpus passages (a sample of at most 5,000)", self.query_max_length,
+                 100 * shares["queries"], self.passage_max_length, 100 * shares["passages"])
+        return shares
 
     def truncated_shares(self, sample: int = 5000) -> dict[str, float]:
         """Share (0-1) of the training queries longer than ``query_max_length`` tokens and of the corpus passages
@@ -278,12 +364,12 @@ class MultiPosDataModule(L.LightningDataModule):
         if dataset is None:
             return None
         world_size = self.trainer.world_size if self.trainer is not None else 1
-        settings = (self.tokenizer, self.passage_prompt, self.passage_max_length, world_size)
-        done = self._passage_tokens_for  # (dataset, pools, settings, the answer) of the last call
-        if done is not None and done[0] is dataset and done[1] is dataset.pools and done[2] == settings:
-            return done[3]
+        settings = (self.passage_prompt, self.passage_max_length, world_size)
+        answer = self._passage_tokens_answer  # for the current groups and pools (reset when they change)
+        if answer is not None and answer[0] == settings:
+            return answer[1]
         store = self._passage_tokens
-        if store is None or not store.matches(*settings[:3]):
+        if store is None or not store.matches(self.tokenizer, self.passage_prompt, self.passage_max_length):
             store = PassageTokens(self.tokenizer, self.corpus, self.passage_prompt, self.passage_max_length)
         pools = dataset.pools or {}
         pooled = dict.fromkeys(p for q, pos in dataset.items for p in (*pos, *pools.get(q.query_id, q.negatives)))
@@ -296,29 +382,26 @@ class MultiPosDataModule(L.LightningDataModule):
         else:
             store.add(new)
             self._passage_tokens = store
-        self._passage_tokens_for = (dataset, dataset.pools, settings, store)
+        self._passage_tokens_answer = (settings, store)
         return store
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx):
-        """A :class:`~multipos.data.collate.Batch` moves itself (:meth:`Batch.to`); anything else as Lightning
-        moves it."""
+        """A :class:`~multipos.data.collate.Batch` moves itself (:meth:`Batch.to`), the rest as Lightning moves it."""
         return (batch.to(device) if isinstance(batch, Batch)
                 else super().transfer_batch_to_device(batch, device, dataloader_idx))
 
     def train_dataloader(self) -> DataLoader:
-        """Loader over the current stage's groups; raises ValueError when ``data.tokenizer`` has more tokens than
-        the trained model's embedding rows (:func:`multipos.model.tokenization.check_tokenizer`). Its batches carry
-        their
-        groups unless the trainer's module says it does not need them (``needs_batch_groups()`` False:
-        :meth:`multipos.training.module.RetrieverModule.needs_batch_groups`)."""
-        module = getattr(self.trainer, "lightning_module", None) if self.trainer else None
-        model = getattr(module, "model", None)
-        if model is not None and hasattr(model, "query_encoder"):
+        """Loader over the current stage's groups; its batches carry their groups unless
+        :attr:`StageInputs.batch_groups` says the stage does not need them. Raises ValueError when the tokenizer has
+        more tokens than the embedding rows of :attr:`StageInputs.encoder`
+        (:func:`multipos.model.tokenization.check_tokenizer`)."""
+        encoder = self.inputs.encoder
+        if encoder is not None:
             from multipos.model.tokenization import check_tokenizer
 
-            check_tokenizer(self.tokenizer, model.query_encoder, f"data.tokenizer={self.tokenizer_name}")
+            check_tokenizer(self.tokenizer, encoder.query_encoder, f"data.tokenizer={self.tokenizer_name}")
         ranks = (self.trainer.world_size, self.trainer.global_rank) if self.trainer is not None else (1, 0)
-        keep_groups = bool(module.needs_batch_groups()) if hasattr(module, "needs_batch_groups") else True
+        keep_groups = bool(self.inputs.batch_groups)
         sampler = EpochSampler(len(self.dataset), self.seed, num_replicas=ranks[0], rank=ranks[1])
         if self.trainer is not None:
             sampler.set_epoch(self.trainer.current_epoch)

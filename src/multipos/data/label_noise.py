@@ -11,8 +11,9 @@ passages known not to be relevant changes quality alone. Two kinds of false posi
 A false positive must be false: with ``exclude: every_split`` (the label-noise study's setting) it is never a passage
 that any qrels file of the dataset folder judges relevant (grade > 0) for the query or for a query of the same text
 in another split (:func:`judged_in_every_split`; NFCorpus's ``qrels-graded/*.s-4.qrel`` add about 28.8k
-topic-level train links that BEIR's training qrels leave out). ``exclude: query``, the default because it is what a
-setting without the field computed (runs made before 2026-12-02), keeps only the query's own training judgments out.
+topic-level train links that BEIR's training qrels leave out); for a Tevatron file, the one split it has, never a
+positive of a line with the same query text (:func:`judged_by_text`). ``exclude: query`` (the default: what a
+setting without the field computed, runs made before 2026-12-02) keeps only the query's own training judgments out.
 
 For each query with n positives, round(ρ·n) positives are chosen uniformly (seeded by the setting's seed and the
 query id) and each is replaced, in its place in the query's order, by a false positive; the false positives leave
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 
 from multipos.data.groups import TrainQuery
 
-__all__ = ["KINDS", "EXCLUDES", "LabelNoise", "judged_in_every_split"]
+__all__ = ["KINDS", "EXCLUDES", "LabelNoise", "judged_by_text", "judged_in_every_split"]
 
 KINDS = ("bm25", "random")
 EXCLUDES = ("every_split", "query")
@@ -58,6 +59,15 @@ def judged_in_every_split(folder, texts: dict[str, str]) -> dict[str, set[str]]:
             key = _text_key(texts[qid]) if qid in texts else f"id:{qid}"
             by_text.setdefault(key, set()).update(d for d, g in docs.items() if g > 0)
     return {qid: by_text.get(_text_key(t), set()) | by_text.get(f"id:{qid}", set()) for qid, t in texts.items()}
+
+
+def judged_by_text(queries: Sequence[TrainQuery]) -> dict[str, set[str]]:
+    """{query id → the positives of every query of ``queries`` with the same text (case and spacing ignored), its
+    own included}: what ``exclude: every_split`` keeps out for a source that is its one split (a Tevatron file)."""
+    by_text: dict[str, set[str]] = {}
+    for q in queries:
+        by_text.setdefault(_text_key(q.query), set()).update((*q.gold, *q.silver))
+    return {q.query_id: set(by_text[_text_key(q.query)]) for q in queries}
 
 
 @dataclass

@@ -6,10 +6,9 @@ single-threaded, and on a GPU the Lightning loop waited for them (``lightning_vs
 H200, docs/gpu.md). :class:`PassageTokens` tokenises the passages training will draw (positives and hard-negative
 pools) in one batched call of the fast tokenizer in the main process, which uses every core, and keeps their token
 ids as one ragged array; a batch then copies its rows into one array filled with the pad id, on the tokenizer's
-padding side. Passages it does
-not hold (random top-ups from the whole corpus) are tokenised on the fly, as before. The batches are exactly those of
-tokenising the texts in the collate function (tests/data/test_passage_tokens.py); Tevatron pre-tokenises its
-training data for the same reason.
+padding side. Passages it does not hold (random top-ups from the whole corpus) are tokenised on the fly, as before.
+The batches are exactly those of tokenising the texts in the collate function (tests/data/test_passage_tokens.py);
+Tevatron pre-tokenises its training data for the same reason.
 """
 
 from __future__ import annotations

@@ -1,187 +1,100 @@
-"""Training-data sources: turn files on disk into a corpus and a list of :class:`TrainQuery`.
+"""Training-data sources: each reads one file format into the data model, and only that.
 
-* :class:`BeirGradedSource` — a BEIR folder with graded training qrels (NFCorpus: grade 2 = gold,
-  grade 1 = silver), hard negatives mined with BM25 or a dense model and cached on disk.
+* :class:`BeirGradedSource` — a BEIR folder with graded training qrels (NFCorpus: grade 2 = gold, grade 1 = silver);
 * :class:`TevatronSource` — the paper's training data in the Tevatron JSONL schema, a file (or one of an asset
   folder: ``msmarco-multipos/heterogeneous.jsonl``) or an HF ``datasets`` dataset; the first ``gold_positives``
-  positives of each line are gold; hard negatives are the file's or mined with a dense model.
+  positives of each line are gold.
 
-Hard negatives (``negatives``): ``bm25`` (BEIR) or ``given`` (Tevatron) as published, or ``dense``: the top
-passages of a dense model, by default the starting checkpoint (:mod:`multipos.mining.dense_negatives`), optionally
-refreshed with the weights being trained every ``negative_refresh_epochs`` epochs (ANCE). Every miner applies one
-rule, :func:`multipos.data.groups.unjudged_negatives`: a passage judged for the query, with any grade (0 included), is
-never its negative.
-
-Positive order inside a tier is ``given`` (file order) or ``teacher`` (descending score of a
-teacher dual encoder, by default the starting checkpoint — the paper's annotations are ordered by
-utility, Sec. 4). Orders and mined negatives are cached under ``<cache>/`` with the settings that
-produced them in the file name.
+A source's :meth:`Source.read` gives a :class:`multipos.data.preparation.SourceData` (corpus, one
+:class:`~multipos.formats.types.TrainQuery` per query with its positives in the file's order, each positive's grade);
+hard-negative mining, negative filtering, teacher ordering, teacher scores, grade weights and label noise are the
+steps of :mod:`multipos.data.preparation`, which :meth:`Source.prepare` applies in their one declared order
+(:data:`multipos.data.preparation.STEPS`) whatever the format. A source takes the steps' settings
+(:class:`multipos.data.preparation.StepSettings`) next to its own, as ``data.source`` holds them side by side.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from pathlib import Path
 
-from multipos import atomic
-from multipos.assets import AssetNotFoundError, cache_dir, is_local_path, resolve_dataset
-from multipos.data.groups import TrainQuery, unjudged_negatives
-from multipos.data.label_noise import LabelNoise, judged_in_every_split
+from multipos.assets import AssetNotFoundError, is_local_path, resolve_dataset
+from multipos.data.groups import TrainQuery
+from multipos.data.label_noise import judged_by_text, judged_in_every_split
+from multipos.data.preparation import Preparation, PreparedData, SourceData, StepSettings
 from multipos.formats.beir import check_qrels_ids, check_query_texts, read_corpus, read_queries
 from multipos.formats.tevatron import TEVATRON_SCHEMA, load_tevatron_hf, read_tevatron
 from multipos.formats.trec import read_qrels
 from multipos.formats.types import REGIME_RULES, Corpus, DataFormatError, regimes_without_positives
-from multipos.mining.negative_filter import NegativeFilter
-from multipos.mining.teacher_model import TeacherModel
-from multipos.mining.teacher_scores import TeacherScores
 
 log = logging.getLogger(__name__)
-ORDERINGS = ("given", "teacher")
+
+#: The grades a Tevatron line gives its positives: gold (the first ``gold_positives``) and silver (the rest).
+TEVATRON_GRADES = {"gold": 2, "silver": 1}
 
 
-def _check_negative_options(negatives: str, allowed: tuple[str, ...], model: str | None, refresh: int | None,
-                            depth: int) -> None:
-    """Validate a source's hard-negative settings; ValueError naming the ``data.source`` field."""
-    if negatives not in allowed:
-        raise ValueError(f"unknown data.source.negatives {negatives!r}; allowed: {', '.join(allowed)}")
-    if negatives == "dense" and not model:
-        raise ValueError("data.source.negatives=dense needs data.source.negative_model (a checkpoint)")
-    if refresh is not None and (isinstance(refresh, bool) or not isinstance(refresh, int) or refresh < 1):
-        raise ValueError(f"data.source.negative_refresh_epochs must be null or an integer >= 1, got {refresh!r}")
-    if depth < 1:
-        raise ValueError(f"data.source.negative_depth must be >= 1, got {depth}")
+class Source:
+    """A training-data source: :meth:`read` reads the format (subclasses), :meth:`prepare` applies the steps.
 
+    Args:
+        steps: the ``data.source`` settings of the preparation steps (:class:`StepSettings`: ``negatives``,
+            ``negative_depth``, ``ordering``, ``teacher``, ``grade_weights``, ``teacher_scores``, ``label_noise``, …).
 
-def _dense_pools(model: str, encoder: dict | None, corpus: Corpus, queries: list[TrainQuery],
-                 depth: int) -> dict[str, list[str]]:
-    from multipos.mining.dense_negatives import mine_with_checkpoint
-
-    return mine_with_checkpoint(model, corpus, {q.query_id: q.query for q in queries},
-                                {q.query_id: q.judged for q in queries}, depth, encoder)
-
-
-def _filter_pools(rule, model: str, encoder: dict | None, corpus: Corpus, queries: list[TrainQuery]) -> dict:
-    """Apply the positive-aware filter (:mod:`multipos.mining.negative_filter`) to every query's mined negatives with
-    the scores of ``model`` (the miner's checkpoint and settings: ``data.source.negative_model`` /
-    ``negative_encoder``); positives in their current order (teacher order when the source orders them).
-    Returns the counts for ``run_info.json``."""
-    from multipos.mining.dense_negatives import load_encoder
-    from multipos.mining.negative_filter import score_and_filter
-
-    scorer = load_encoder(model, encoder)
-    pools, counts = score_and_filter(scorer, corpus, {q.query_id: q.query for q in queries},
-                                     {q.query_id: q.negatives for q in queries},
-                                     {q.query_id: [*q.gold, *q.silver] for q in queries}, rule, cache_dir())
-    for q in queries:
-        q.negatives = pools[q.query_id]
-    return counts
-
-
-def _check_grade_weights(grade_weights) -> dict[int, float] | None:
-    """``data.source.grade_weights`` as {grade: weight}: the target weight of a positive of each grade, read by the
-    soft-target objectives (:data:`multipos.losses.SOFT_OBJECTIVES`). Raises ValueError naming the setting for a
-    grade that is not an integer or a weight that is not a number in (0, 1]."""
-    if grade_weights is None:
-        return None
-    out = {}
-    for grade, weight in dict(grade_weights).items():
-        try:
-            g, w = int(grade), float(weight)
-        except (TypeError, ValueError):
-            raise ValueError(f"data.source.grade_weights: {grade!r}: {weight!r} must map an integer grade to a "
-                             "number") from None
-        if not 0 < w <= 1:
-            raise ValueError(f"data.source.grade_weights: grade {g} has weight {w}; weights lie in (0, 1]")
-        out[g] = w
-    return out
-
-
-def _cache_json(name: str, settings: dict, compute):
-    """Load ``compute()``'s JSON result from the cache, keyed by ``settings``, or compute and store it."""
-    key = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
-    path = cache_dir() / name / f"{key}.json"
-    if path.is_file():
-        try:
-            return json.loads(path.read_text())["value"]
-        except (json.JSONDecodeError, KeyError, UnicodeDecodeError):
-            log.warning("cache file %s is damaged (interrupted write?): rebuilding it", path)
-    value = compute()
-    atomic.write_json(path, {"settings": settings, "value": value}, indent=None)
-    return value
-
-
-def mine_bm25_negatives(corpus: Corpus, queries: dict[str, str], judged: dict[str, set[str]], depth: int,
-                        source: str) -> dict[str, list[str]]:
-    """BM25 hard negatives: top-``depth`` passages per query minus every judged passage. Cached."""
-
-    def compute():
-        from multipos.retrieval.bm25 import BM25
-
-        log.info("mining BM25 negatives for %d queries (depth %d)", len(queries), depth)
-        run = BM25(corpus).search(queries, k=depth + max((len(j) for j in judged.values()), default=0))
-        return {q: unjudged_negatives(sorted(docs, key=lambda d: -docs[d]), judged.get(q, ()), depth)
-                for q, docs in run.items()}
-
-    settings = {"source": source, "n_passages": len(corpus), "queries": len(queries), "depth": depth,
-                "miner": "bm25s-lucene-0.9-0.4"}
-    return _cache_json("negatives", settings, compute)
-
-
-def teacher_order(queries: list[TrainQuery], query_texts: dict[str, str], corpus: Corpus, teacher: str,
-                  source: str, query_max_length: int = 32, passage_max_length: int = 256, *,
-                  pooling: str | None = None, normalize: bool | None = None,
-                  trust_remote_code: bool = False, prompts: dict | None = None) -> None:
-    """Reorder each query's gold and silver positives by descending teacher score (in place). Cached.
-
-    ``teacher`` is a checkpoint name/path loaded as a :class:`~multipos.model.encoder.DualEncoder` with the
-    checkpoint's own settings: the pooling/normalisation saved in its ``multipos_encoder.json``, else
-    ``pooling`` / ``normalize`` (pass the model config's ``model.pooling`` / ``model.normalize``), else those
-    of its sentence-transformers files (mean + L2 for all-MiniLM-L6-v2), else the DualEncoder defaults.
-    ``prompts``: ``{"query": …, "passage": …}`` (the model config's prompts; None values = the checkpoint's own).
-
-    The cache key holds the teacher's weights and settings (:meth:`DualEncoder.fingerprint` over both
-    encoders, pooling and normalisation), not only its name: a retrained checkpoint at the same path, or
-    another model under the same name, is scored anew. Loading the teacher is therefore not skipped on
-    a cache hit (the encoding is).
+    Raises ValueError naming the ``data.source`` field for a setting that is neither the format's nor a step's, and
+    what :class:`StepSettings` raises.
     """
-    from multipos.model.encoder import DualEncoder
-    from multipos.retrieval.encoding import cached_encode, encode
 
-    prompts = dict(prompts or {})
-    model = DualEncoder(teacher, pooling=pooling, normalize=normalize, query_max_length=query_max_length,
-                        passage_max_length=passage_max_length, trust_remote_code=trust_remote_code,
-                        query_prompt=prompts.get("query"), passage_prompt=prompts.get("passage"))
+    #: the ``negatives`` values the format offers, the first its default
+    NEGATIVES: tuple[str, ...] = ("given", "bm25", "dense")
 
-    def compute():
-        # the whole corpus through the embedding cache: the same embeddings as the zero-shot reference, evaluation and
-        # a frozen passage index of this checkpoint (query-side fine-tuning), so none of them encodes it again
-        from multipos.assets import cache_dir
+    def __init__(self, **steps):
+        unknown = sorted(set(steps) - set(StepSettings.names()))
+        if unknown:
+            raise ValueError(f"data.source.{unknown[0]}: not a setting of {type(self).__name__} (its own: "
+                             f"{', '.join(self.reading_settings())}; the steps': {', '.join(StepSettings.names())})")
+        steps.setdefault("negatives", self.NEGATIVES[0])
+        self.steps = StepSettings(**steps, allowed_negatives=self.NEGATIVES)
+        self.preparation = Preparation(self.steps)
 
-        pids = corpus.ids
-        log.info("teacher ordering: %d passages and %d queries with %s (%s pooling%s)", len(pids),
-                 len(queries), teacher, model.pooling, ", L2" if model.normalize else "")
-        p_emb = cached_encode(model, pids, corpus.texts(pids), cache_dir(), tag="teacher ordering", kind="passage",
-                              max_length=passage_max_length)
-        q_emb = encode(model, [query_texts[q.query_id] for q in queries], "query")
-        row = {p: i for i, p in enumerate(pids)}
-        out = {}
-        for i, q in enumerate(queries):
-            out[q.query_id] = {p: float(q_emb[i] @ p_emb[row[p]]) for p in (*q.gold, *q.silver)}
-        return out
+    @classmethod
+    def reading_settings(cls) -> list[str]:
+        """The format's own settings (the constructor's named arguments)."""
+        import inspect
 
-    settings = {"source": source, "teacher": teacher, "teacher_weights": model.fingerprint(include_query=True),
-                "pooling": model.pooling, "normalize": model.normalize, "queries": len(queries),
-                "lq": query_max_length, "lp": passage_max_length}
-    scores = _cache_json("teacher_scores", settings, compute)
-    for q in queries:
-        s = scores[q.query_id]
-        q.gold = sorted(q.gold, key=lambda p: -s[p])
-        q.silver = sorted(q.silver, key=lambda p: -s[p])
+        return [n for n, p in inspect.signature(cls.__init__).parameters.items()
+                if n != "self" and p.kind is p.POSITIONAL_OR_KEYWORD]
+
+    def read(self) -> SourceData:
+        """The format read into the data model, before any step. Subclasses implement it."""
+        raise NotImplementedError
+
+    def prepare(self) -> PreparedData:
+        """Read, then apply the preparation steps in their order → the training data with each step's report."""
+        return self.preparation.run(self.read())
+
+    def load(self) -> tuple[Corpus, list[TrainQuery]]:
+        """(corpus, training queries) after every step (:meth:`prepare` without the reports)."""
+        prepared = self.prepare()
+        return prepared.corpus, prepared.queries
+
+    # the settings a dense refresh of the hard negatives reads (multipos.training.callbacks.NegativeRefresh)
+    @property
+    def negative_depth(self) -> int:
+        """``data.source.negative_depth``: hard negatives mined per query."""
+        return self.steps.negative_depth
+
+    @property
+    def negative_refresh_epochs(self) -> int | None:
+        """``data.source.negative_refresh_epochs``: re-mine every K epochs, None = never."""
+        return self.steps.negative_refresh_epochs
+
+    @property
+    def negative_filter(self):
+        """``data.source.negative_filter`` (:class:`multipos.mining.negative_filter.NegativeFilter`), or None."""
+        return self.steps.negative_filter
 
 
-class BeirGradedSource:
+class BeirGradedSource(Source):
     """Training queries from a BEIR folder with graded training qrels.
 
     Args:
@@ -190,78 +103,33 @@ class BeirGradedSource:
             else a path (absolute, or relative to the working directory: ``annotations/<name>/qrels/relevance.tsv``
             written by ``python annotate.py``).
         gold_grade: grade of gold (human) positives; silver_grade: grade of silver positives.
-        negatives: ``bm25`` (BM25 top-``negative_depth``) or ``dense`` (``negative_model``'s top-``negative_depth``,
-            :func:`multipos.mining.dense_negatives.mine_with_checkpoint`); judged passages removed either way
-            (:func:`multipos.data.groups.unjudged_negatives`). Cached under ``<cache>/negatives``.
-        negative_depth: hard negatives mined per query.
-        negative_model: checkpoint of the dense miner (the data configs: the starting checkpoint);
-            negative_encoder: its DualEncoder keyword arguments (pooling, normalize, max lengths).
-        negative_refresh_epochs: re-mine with the weights being trained every K epochs
-            (:class:`multipos.training.callbacks.NegativeRefresh`), None = never.
-        ordering: ``given`` (qrels file order) or ``teacher``; teacher: checkpoint for ``teacher``.
-        negative_filter: positive-aware filtering of the mined negatives (``{share, margin, reference}``,
-            :class:`multipos.mining.negative_filter.NegativeFilter`; scored by ``negative_model``), None = off.
-        teacher_pooling, teacher_normalize: the teacher's pooling and L2 when its checkpoint saved none
-            (the data configs pass the model config's); teacher_prompts: ``{"query": …, "passage": …}`` (the model
-            config's prompts; None = the teacher checkpoint's own).
         max_queries: keep only the first N queries (smoke tests); None = all.
-        grade_weights: {grade: weight in (0, 1]}: each positive's target weight for the soft-target objectives
-            (:data:`multipos.losses.SOFT_OBJECTIVES`), e.g. ``{2: 1.0, 1: 0.5}``; None = no targets.
-        teacher_scores: ``{path, temperature}``: a teacher's scores of the training passages (a TREC run or JSONL,
-            :class:`multipos.mining.teacher_scores.TeacherScores`): raw targets of ``margin_mse`` and, softmaxed at
-            the temperature, target weights of the other soft-target objectives; None = none.
-        teacher_model: ``{path, kind: bi | cross, temperature, negatives}``: a sentence-transformers teacher that
-            scores each query's positives and hard negatives once, cached
-            (:class:`multipos.mining.teacher_model.TeacherModel`); targets as ``teacher_scores``.
-        label_noise: ``{rate, kind, seed}``: replace that share of each query's positives by false positives
-            (:class:`multipos.data.label_noise.LabelNoise`); None = the labels as published.
+        steps: the preparation steps' settings (:class:`multipos.data.preparation.StepSettings`); ``negatives``:
+            ``bm25`` (the default) or ``dense`` (a BEIR folder gives no negatives of its own). Label noise with
+            ``exclude: every_split`` keeps out what any qrels file of the folder judges relevant
+            (:func:`multipos.data.label_noise.judged_in_every_split`).
 
     Queries whose judgments are all below ``silver_grade`` have no positive: they are kept (their judged
     passages are still never negatives elsewhere), counted and logged here, and skipped by the data module.
 
     Raises: FileNotFoundError for a missing qrels file (listing those present); DataFormatError for file
     errors (file and line), qrels naming unknown ids, qrels without any query, or a judged query with empty
-    text; ValueError for an unknown ordering or bad hard-negative settings (naming the field).
+    text; ValueError for bad step settings (naming the field, :class:`StepSettings`).
     """
 
+    NEGATIVES = ("bm25", "dense")
+
     def __init__(self, path: str, qrels_file: str, gold_grade: int = 2, silver_grade: int = 1,
-                 negative_depth: int = 100, ordering: str = "given", teacher: str | None = None,
-                 max_queries: int | None = None, teacher_pooling: str | None = None,
-                 teacher_normalize: bool | None = None, negatives: str = "bm25", negative_model: str | None = None,
-                 negative_encoder: dict | None = None, negative_refresh_epochs: int | None = None,
-                 teacher_prompts: dict | None = None, negative_filter: dict | None = None,
-                 grade_weights: dict | None = None, label_noise: dict | None = None,
-                 teacher_scores: dict | None = None, teacher_model: dict | None = None):
-        _check_negative_options(negatives, ("bm25", "dense"), negative_model, negative_refresh_epochs, negative_depth)
-        self.grade_weights = _check_grade_weights(grade_weights)
-        self.teacher_scores = TeacherScores.from_config(teacher_scores)
-        self.teacher_model = TeacherModel.from_config(teacher_model)
-        given = [n for n, v in (("grade_weights", self.grade_weights), ("teacher_scores", self.teacher_scores),
-                                ("teacher_model", self.teacher_model)) if v is not None]
-        if len(given) > 1:
-            raise ValueError(f"data.source.{' and data.source.'.join(given)} each give target weights: set one")
-        self.teacher_counts: dict | None = None
-        self.label_noise = LabelNoise.from_config(label_noise)
-        self.noise_counts: dict | None = None
-        self.negatives, self.negative_model = negatives, negative_model
-        self.negative_encoder, self.negative_refresh_epochs = negative_encoder, negative_refresh_epochs
-        if ordering not in ORDERINGS:
-            raise ValueError(f"unknown data.source.ordering {ordering!r}; allowed: {', '.join(ORDERINGS)}")
-        if ordering == "teacher" and not teacher:
-            raise ValueError("data.source.ordering=teacher needs data.source.teacher (a checkpoint)")
+                 max_queries: int | None = None, **steps):
+        super().__init__(**steps)
         self.path, self.qrels_file = path, qrels_file
         self.gold_grade, self.silver_grade = gold_grade, silver_grade
-        self.negative_depth, self.ordering, self.teacher = negative_depth, ordering, teacher
         self.max_queries = max_queries
-        self.teacher_pooling, self.teacher_normalize = teacher_pooling, teacher_normalize
-        self.teacher_prompts = dict(teacher_prompts) if teacher_prompts else None
-        self.negative_filter = NegativeFilter.from_config(negative_filter)
-        self.filter_counts: dict | None = None
 
-    def load(self) -> tuple[Corpus, list[TrainQuery]]:
-        """Read the folder → (corpus, one :class:`TrainQuery` per query of the qrels file, with its gold and silver
-        positives in the configured order and its mined hard-negative pool; a query without a positive is kept and
-        skipped by the data module). Raises as the class says."""
+    def read(self) -> SourceData:
+        """Read the folder → corpus, one :class:`TrainQuery` per query of the qrels file (gold and silver positives in
+        the file's order, no negatives; a query without a positive is kept and skipped by the data module), the
+        qrels grades. Raises as the class says."""
         folder = resolve_dataset(self.path)
         corpus = read_corpus(folder / "corpus.jsonl")
         texts = read_queries(folder / "queries.jsonl")
@@ -283,45 +151,15 @@ class BeirGradedSource:
         for qid, docs in qrels.items():
             gold = [d for d, g in docs.items() if g >= self.gold_grade]
             silver = [d for d, g in docs.items() if self.silver_grade <= g < self.gold_grade]
-            weights = {}
-            if self.grade_weights is not None:
-                for d in (*gold, *silver):
-                    if docs[d] not in self.grade_weights:
-                        raise ValueError(f"{qpath}: query {qid!r} has a positive of grade {docs[d]}, which "
-                                         f"data.source.grade_weights ({self.grade_weights}) gives no weight")
-                    weights[d] = self.grade_weights[docs[d]]
-            queries.append(TrainQuery(qid, texts[qid], gold, silver, judged=set(docs), weights=weights))
+            queries.append(TrainQuery(qid, texts[qid], gold, silver, judged=set(docs)))
         unjudged = [q.query_id for q in queries if not q.gold and not q.silver]
         if unjudged:
             log.warning("%s: %d of %d training queries have no judgment with grade >= %d (no positive): "
                         "they will be skipped, e.g. %s", qpath, len(unjudged), len(queries), self.silver_grade,
                         unjudged[:5])
-        tag = f"{folder.resolve()}|{self.qrels_file}"
-        if self.negatives == "dense":
-            negatives = _dense_pools(self.negative_model, self.negative_encoder, corpus, queries, self.negative_depth)
-        else:
-            negatives = mine_bm25_negatives(corpus, {q.query_id: q.query for q in queries},
-                                            {q.query_id: q.judged for q in queries}, self.negative_depth, tag)
-        for q in queries:
-            q.negatives = negatives.get(q.query_id, [])
-        if self.ordering == "teacher":
-            teacher_order(queries, texts, corpus, self.teacher, tag, pooling=self.teacher_pooling,
-                          normalize=self.teacher_normalize, prompts=self.teacher_prompts)
-        if self.negative_filter:  # after the ordering: reference=first means the teacher's best positive
-            self.filter_counts = _filter_pools(self.negative_filter, self.negative_model, self.negative_encoder,
-                                               corpus, queries)
-        if self.teacher_scores is not None:
-            self.teacher_counts = self.teacher_scores.apply(queries)
-        if self.teacher_model is not None:  # after mining: it scores each query's positives and hard negatives
-            self.teacher_counts = self.teacher_model.apply(queries, corpus, cache_dir())
-        if self.label_noise:  # last: the false positives take the ordered places of the positives they replace
-            elsewhere = (judged_in_every_split(folder, texts)
-                         if self.label_noise.exclude == "every_split" else None)
-            self.noise_counts = self.label_noise.apply(queries, corpus.ids, elsewhere)
-            log.info("label noise %s (%s): %d of %d training positives replaced by false positives",
-                     self.label_noise.rate, self.label_noise.kind, self.noise_counts["replaced"],
-                     self.noise_counts["positives"])
-        return corpus, queries
+        return SourceData(corpus, queries, {qid: dict(docs) for qid, docs in qrels.items()},
+                          tag=f"{folder.resolve()}|{self.qrels_file}", where=str(qpath),
+                          judged_elsewhere=lambda: judged_in_every_split(folder, texts))
 
 
 def asset_file(path: str) -> Path | None:
@@ -354,7 +192,7 @@ def asset_file(path: str) -> Path | None:
     return folder / rest
 
 
-class TevatronSource:
+class TevatronSource(Source):
     """Training queries in the Tevatron JSONL schema (paper's released MS MARCO / NQ data).
 
     Args:
@@ -365,43 +203,34 @@ class TevatronSource:
         gold_positives: how many leading ``positive_passages`` are gold (human): 1 for the
             heterogeneous files (human positive first), 0 for homogeneous (LLM positives only).
         max_queries: keep only the first N lines.
-        negatives: ``given`` (each line's ``negative_passages``), ``bm25`` (BM25 top-``negative_depth``, as
-            :class:`BeirGradedSource`) or ``dense`` (``negative_model``'s top-``negative_depth``,
-            :func:`multipos.mining.dense_negatives.mine_with_checkpoint`) over the corpus; mined ones exclude the
-            query's
-            judged passages, here its positives.
         negative_corpus: a BEIR ``corpus.jsonl`` the miners search (the full collection, e.g. MS MARCO's 8.8M
             passages), the training file's passages added to it; None = the training file's passages only.
-        negative_depth, negative_model, negative_encoder, negative_refresh_epochs, negative_filter: as in
-            :class:`BeirGradedSource`.
+        steps: the preparation steps' settings (:class:`multipos.data.preparation.StepSettings`), as for a BEIR
+            folder: ``negatives`` ``given`` (each line's ``negative_passages``, the default), ``bm25`` or ``dense``
+            (mined over the corpus, the query's positives excluded); teacher ordering, teacher scores, label noise and
+            grade weights too. Grades: a line's gold positives have grade 2, the others 1
+            (:data:`TEVATRON_GRADES`: ``grade_weights: {2: 1.0, 1: 0.5}``). Label noise with ``exclude: every_split``
+            keeps out the positives of every line of the same query text (the file is the one split it has).
 
     Raises: DataFormatError for a bad line (file and line, see :func:`multipos.formats.tevatron.parse_tevatron`), a
     query id on two lines (naming both) or no line at all; FileNotFoundError for a filesystem ``path`` that does not
     exist (no hub lookup); AssetNotFoundError for an asset file that cannot be had (:func:`asset_file`); ValueError for
-    bad hard-negative settings (naming the field). A passage id given with two different texts keeps its first text
-    (the negative corpus's first); their number is logged as a warning.
+    bad step settings (naming the field, :class:`StepSettings`). A passage id given with two different texts keeps
+    its first text (the negative corpus's first); their number is logged as a warning.
     """
 
-    def __init__(self, path: str, split: str = "train", gold_positives: int = 0, max_queries: int | None = None,
-                 negatives: str = "given", negative_depth: int = 100, negative_model: str | None = None,
-                 negative_encoder: dict | None = None, negative_refresh_epochs: int | None = None,
-                 negative_corpus: str | None = None, negative_filter: dict | None = None):
-        _check_negative_options(negatives, ("given", "bm25", "dense"), negative_model, negative_refresh_epochs,
-                                negative_depth)
-        self.path, self.split, self.gold_positives, self.max_queries = path, split, gold_positives, max_queries
-        self.negatives, self.negative_depth, self.negative_model = negatives, negative_depth, negative_model
-        self.negative_encoder, self.negative_refresh_epochs = negative_encoder, negative_refresh_epochs
-        self.negative_corpus = negative_corpus
-        self.negative_filter = NegativeFilter.from_config(negative_filter)
-        if self.negative_filter and negatives == "given":
-            raise ValueError("data.source.negative_filter filters mined negatives: set data.source.negatives to bm25 "
-                             "or dense (the file's own negative_passages are kept as given)")
-        self.filter_counts: dict | None = None
+    NEGATIVES = ("given", "bm25", "dense")
 
-    def load(self) -> tuple[Corpus, list[TrainQuery]]:
-        """Read the file or dataset → (corpus of every passage it names, plus ``negative_corpus``; one
+    def __init__(self, path: str, split: str = "train", gold_positives: int = 0, max_queries: int | None = None,
+                 negative_corpus: str | None = None, **steps):
+        super().__init__(**steps)
+        self.path, self.split, self.gold_positives, self.max_queries = path, split, gold_positives, max_queries
+        self.negative_corpus = negative_corpus
+
+    def read(self) -> SourceData:
+        """Read the file or dataset → corpus of every passage it names, plus ``negative_corpus``; one
         :class:`TrainQuery` per line, its first ``gold_positives`` positives gold and the rest silver, in the file's
-        order, with the given or mined hard negatives). Raises as the class says."""
+        order, with the line's negatives; the grades (:data:`TEVATRON_GRADES`). Raises as the class says."""
         p = Path(self.path).expanduser()
         if not p.exists() and not is_local_path(self.path):
             p = asset_file(self.path) or p
@@ -432,19 +261,10 @@ class TevatronSource:
                         self.path, len(conflicts), *conflicts[0])
         if not queries:
             raise DataFormatError(f"{self.path}: no training queries")
-        if self.negatives == "dense":
-            pools = _dense_pools(self.negative_model, self.negative_encoder, corpus, queries, self.negative_depth)
-        elif self.negatives == "bm25":
-            tag = f"{self.path}|{self.split}|{self.negative_corpus}|{len(corpus)}"
-            pools = mine_bm25_negatives(corpus, {q.query_id: q.query for q in queries},
-                                        {q.query_id: q.judged for q in queries}, self.negative_depth, tag)
-        if self.negatives != "given":
-            for q in queries:
-                q.negatives = pools.get(q.query_id, [])
-            if self.negative_filter:
-                self.filter_counts = _filter_pools(self.negative_filter, self.negative_model, self.negative_encoder,
-                                                   corpus, queries)
-        return corpus, queries
+        grades = {q.query_id: {**dict.fromkeys(q.silver, TEVATRON_GRADES["silver"]),
+                               **dict.fromkeys(q.gold, TEVATRON_GRADES["gold"])} for q in queries}
+        return SourceData(corpus, queries, grades, tag=f"{self.path}|{self.split}|{self.negative_corpus}|{len(corpus)}",
+                          where=str(self.path), judged_elsewhere=lambda: judged_by_text(queries))
 
 
 def check_regime_keeps_positives(source, stages, where: str = "data.source") -> None:

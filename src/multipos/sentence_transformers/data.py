@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import math
 import numbers
-from pathlib import Path
 from typing import Any, Iterable
 
 __all__ = ["QUERY", "POSITIVES", "NEGATIVES", "GRADES", "check_row", "check_dataset", "grade_weight", "to_dataset",
@@ -101,9 +100,9 @@ def _features():
 
 def _source(source, qrels_file: str | None, max_queries: int | None, source_args: dict):
     """The multipos data source :func:`to_dataset` reads (its ``source`` argument, or one built from a path)."""
-    from multipos.data.sources import BeirGradedSource, TevatronSource
+    from multipos.data.sources import BeirGradedSource, Source, TevatronSource
 
-    if isinstance(source, (BeirGradedSource, TevatronSource)):
+    if isinstance(source, Source):
         if qrels_file is not None or max_queries is not None or source_args:
             raise ValueError("to_dataset: pass qrels_file, max_queries and other settings to the source itself, not "
                              "next to it")
@@ -112,17 +111,6 @@ def _source(source, qrels_file: str | None, max_queries: int | None, source_args
         settings = {"ordering": "given", **source_args}
         return BeirGradedSource(str(source), qrels_file, max_queries=max_queries, **settings)
     return TevatronSource(str(source), max_queries=max_queries, **source_args)
-
-
-def _beir_grades(source) -> dict[str, dict[str, int]]:
-    """The graded qrels a :class:`BeirGradedSource` reads (the same path resolution as its ``load``)."""
-    from multipos.assets import resolve_dataset
-    from multipos.formats.trec import read_qrels
-
-    qpath = resolve_dataset(source.path) / source.qrels_file
-    if not qpath.is_file() and Path(source.qrels_file).is_file():
-        qpath = Path(source.qrels_file)
-    return read_qrels(qpath)
 
 
 def to_dataset(source, qrels_file: str | None = None, *, regime: str = "all", max_queries: int | None = None,
@@ -150,11 +138,8 @@ def to_dataset(source, qrels_file: str | None = None, *, regime: str = "all", ma
     Raises: what the source's ``load`` raises (missing files, malformed lines naming the file and line), ValueError for
     an unknown regime or when no query keeps a positive.
     """
-    from multipos.data.sources import BeirGradedSource
-
-    src = _source(source, qrels_file, max_queries, source_args)
-    corpus, queries = src.load()
-    return to_rows(corpus, queries, regime, _beir_grades(src) if isinstance(src, BeirGradedSource) else None)
+    prepared = _source(source, qrels_file, max_queries, source_args).prepare()
+    return to_rows(prepared.corpus, prepared.queries, regime, prepared.grades)
 
 
 def to_rows(corpus, queries, regime: str = "all", qrels: dict | None = None):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -210,6 +210,11 @@ def run_stage(plan: FitPlan, parts: TrainingParts, run: StageRun) -> tuple[dict 
     trainer = build_trainer(plan, stage.epochs, [*callbacks, RNGStateCheckpoint()],
                             stage=f"stage{i + 1}" if n_stages > 1 else None, **manual)
     check_refresh_callback(trainer, datamodule.source)  # a refresh period without its callback would never refresh
+    # the stage hands the data module what it needs from the model: batches carry their groups only where the module
+    # reads them (needs_batch_groups sees one process until fit attaches the trainer, hence the world size here)
+    if hasattr(datamodule, "set_inputs"):
+        datamodule.set_inputs(replace(datamodule.inputs,
+                                      batch_groups=trainer.world_size > 1 or module.needs_batch_groups()))
     last = stage_dir / "last.ckpt"
     if resume_from:
         log.info("stage %d: resuming from %s", i + 1, resume_from)
