@@ -19,8 +19,8 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.mark.assets
 def test_default_main_job(assets, tmp_path):
     out = tmp_path / "run"
-    cmd = [sys.executable, "train.py", "loss=lsepair", "data=nfcorpus", "regime=heterogeneous", "model=minilm",
-           f"hydra.run.dir={out}", "trainer.enable_progress_bar=false"]
+    cmd = [sys.executable, "train.py", "experiment=base", "loss=lsepair", "data=nfcorpus", "regime=heterogeneous",
+           "model=minilm", f"hydra.run.dir={out}", "trainer.enable_progress_bar=false"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=3 * 3600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -22,7 +22,8 @@ SLURM_TARGET = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLau
 
 def test_paper_scale_jobs_get_the_sizes_time_limit_and_requeueing():
     for scale in ("paper", "paper_query_side"):
-        cfg = compose_cfg("train", [f"scale={scale}", "hydra/launcher=slurm"], return_hydra_config=True)
+        cfg = compose_cfg("train", ["experiment=base", f"scale={scale}", "hydra/launcher=slurm"],
+                          return_hydra_config=True)
         launcher, slurm = cfg.hydra.launcher, cfg.size.slurm
         assert launcher._target_ == SLURM_TARGET
         assert launcher.timeout_min == slurm.timeout_min == 180  # not Hydra's 60
@@ -31,8 +32,9 @@ def test_paper_scale_jobs_get_the_sizes_time_limit_and_requeueing():
         assert (launcher.nodes, launcher.tasks_per_node, launcher.gpus_per_node) == (1, 1, 1)
         assert launcher.cpus_per_task == slurm.cpus_per_task
         assert cfg.callbacks.model_checkpoint.every_n_train_steps == 1000  # what a requeued job resumes from
-    ddp = compose_cfg("train", ["scale=paper", "hydra/launcher=slurm", "trainer=ddp", "trainer.devices=4",
-                                "trainer.num_nodes=2", "data.batch_size=16"], return_hydra_config=True)
+    ddp = compose_cfg("train", ["experiment=base", "scale=paper", "hydra/launcher=slurm", "trainer=ddp",
+                                "trainer.devices=4", "trainer.num_nodes=2", "data.batch_size=16"],
+                      return_hydra_config=True)
     assert (ddp.hydra.launcher.nodes, ddp.hydra.launcher.tasks_per_node, ddp.hydra.launcher.gpus_per_node) == (2, 4, 4)
     ev = compose_cfg("evaluate", ["experiment=table3_ood", "size=paper", "hydra/launcher=slurm"],
                      return_hydra_config=True)  # evaluate.py: no trainer node
@@ -46,7 +48,7 @@ def test_the_time_limit_covers_a_run_at_the_measured_step_times():
     bench = json.loads((REPO / "bench/results/gpu/2026-11-25-h100-paper_scale.jsonl").read_text().splitlines()[-1])
     epoch_h = max(bench["two_tower"]["hours_per_msmarco_epoch_400k"],
                   bench["query_side_corpus"]["hours_per_msmarco_epoch_400k"])
-    cfg = compose_cfg("train", ["scale=paper"])
+    cfg = compose_cfg("train", ["experiment=base", "scale=paper"])
     run_h = cfg.trainer.max_epochs * epoch_h + 0.5
     assert 2 * run_h * 60 <= cfg.size.slurm.timeout_min < 3 * run_h * 60
 
