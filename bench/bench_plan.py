@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--budget", type=float, default=20, help="BUDGET= minutes of recipe search (with --data)")
     ap.add_argument("--seeds", default="42,43,44")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--log", type=Path, help="also keep the command's whole output here")
     args = ap.parse_args(argv)
 
     make_args = [f"SEEDS={args.seeds}"]
@@ -73,6 +74,8 @@ def main(argv: list[str] | None = None) -> dict:
         env = {**os.environ, "MULTIPOS_CACHE": str(Path(tmp) / "cache")}
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         wall, output, status = run_make(clone, make_args, env, Path(tmp) / "make.log")
+    if args.log:
+        args.log.write_text(output)
     predicted = predicted_minutes(output)
     summary = [line for line in output.splitlines() if "ndcg@10" in line.lower()][-3:]
     res = {"bench": "plan_vs_actual", **machine_info(), "command": "make train " + " ".join(make_args),
