@@ -30,8 +30,9 @@ teacher-ordered positives (conf/experiment/two_tower.yaml). A smoke run (about 2
 
 Appends one JSON line per trained model and one summary line to ``bench/results/st_losses.jsonl`` (``--out``) and
 writes ``st_losses.md`` next to it. Assets: ``$MULTIPOS_ASSETS`` (default ``../shared/assets``): ``data/nfcorpus``
-and ``models/all-MiniLM-L6-v2``. ``--max-queries``, ``--max-test-queries`` and ``--max-test-passages`` shrink the run
-for a smoke test (its numbers then say nothing about the objectives).
+and ``models/all-MiniLM-L6-v2``. ``--max-test-queries`` and ``--max-test-passages`` shrink the test split for a smoke
+test (its numbers then say nothing about the objectives); ``--max-queries`` trains every side on the same first N
+training queries, scored on the full test split (the report says so).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--temperature", type=float, default=0.05)
     ap.add_argument("--ordering", choices=("teacher", "given"), default="teacher",
                     help="positive order: the starting model's scores (conf/data/nfcorpus.yaml) or the qrels file's")
-    ap.add_argument("--max-queries", type=int, default=None, help="train on the first N queries (smoke runs)")
+    ap.add_argument("--max-queries", type=int, default=None, help="train every side on the first N training queries")
     ap.add_argument("--max-test-queries", type=int, default=None, help="score the first N test queries (smoke runs)")
     ap.add_argument("--max-test-passages", type=int, default=None,
                     help="search the test queries' judged passages and others up to N in all (smoke runs)")
@@ -318,16 +319,21 @@ def describe_machine(info: dict) -> str:
             f"commit {info.get('commit', '?')}, {info.get('time')}")
 
 
-def render(path: Path, summary: dict, settings: dict, steps: dict, command: str, machine: str, smoke: bool) -> None:
-    """Write the Markdown report of one run of this script."""
+def render(path: Path, summary: dict, settings: dict, steps: dict, command: str, machine: str, smoke: bool,
+           subset: bool = False) -> None:
+    """Write the Markdown report of one run of this script (``subset``: trained on the first ``--max-queries``)."""
     s = summary["sides"]
     lines = ["# multipos objectives in SentenceTransformerTrainer vs MNRL on split rows (NFCorpus)", "",
              f"Written by `bench/bench_st_losses.py`. Command: `{command}`", "", f"Machine: {machine}", "",
              f"Seeds: {', '.join(map(str, summary['seeds']))}. Settings: "
              f"{', '.join(f'{k} {v}' for k, v in settings.items())}.", ""]
     if smoke:
-        lines += ["**Smoke setting** (fewer training or test queries or passages): the numbers show that the script "
+        lines += ["**Smoke setting** (fewer test queries or passages): the numbers show that the script "
                   "runs, not how the objectives compare.", ""]
+    elif subset:
+        lines += [f"**Training subset**: every side trains on the same first {settings['train_queries']} training "
+                  "queries (`--max-queries`), on the full test split: a comparison at a small training budget, not "
+                  "at the two-tower recipe's.", ""]
     lines += [f"Test nDCG@10 on {summary['test_queries']} NFCorpus test queries (mean ± sd over seeds); p: two-sided "
               "paired t-test over the test queries of per-query means over seeds, against mnrl "
               "(`scipy.stats.ttest_rel`). Time: seconds per epoch of `trainer.train()`.", "",
@@ -369,7 +375,7 @@ def main(argv=None) -> None:
                 "passage_len": PASSAGE_LEN, "eval_passage_len": EVAL_PASSAGE_LEN, "train_queries": len(rows),
                 "test_queries": len(test.queries), "test_passages": len(test.corpus),
                 "precision": "bf16 autocast" if bf16 else "fp32", "device": str(device)}
-    smoke = bool(args.max_queries or args.max_test_queries or args.max_test_passages)
+    smoke = bool(args.max_test_queries or args.max_test_passages)  # the test split shrunk: numbers say nothing
     info = machine_info()
     base = {**info, "bench": "st_losses", "command": command, **settings}
     runs = []
@@ -387,9 +393,10 @@ def main(argv=None) -> None:
     steps = step_times(args, rows, corpus, queries, device, bf16, model_path)
     phases["step_times_s"] = round(time.perf_counter() - clock, 1)
     summary = summarize(runs, args.seeds)
-    append_result(args.out, {**base, "bench": "st_losses_summary", "smoke": smoke, "phases": phases, **summary,
-                             **steps})
-    render(args.out.with_suffix(".md"), summary, settings, steps, command, describe_machine(info), smoke)
+    append_result(args.out, {**base, "bench": "st_losses_summary", "smoke": smoke,
+                             "training_subset": bool(args.max_queries), "phases": phases, **summary, **steps})
+    render(args.out.with_suffix(".md"), summary, settings, steps, command, describe_machine(info), smoke,
+           subset=bool(args.max_queries))
     print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
 
 
