@@ -7,9 +7,13 @@ environment linked, not reinstalled), runs the command there with an empty cache
 fresh machine), reads the estimate the command printed ("expected wall time: about N min") and times the whole
 command. One JSON line per command in ``bench/results/plan_vs_actual.jsonl``: the command, predicted and actual
 minutes, their ratio, the precision, the machine (``bench/common.py``), and the printed summary line of the main job.
+With ``--data`` the line also holds the recipe search (trials finished and pruned, the chosen recipe and its dev
+nDCG@10, from the command's ``search/trials.json`` and ``recipe.json``) and its test summary (``summary.txt``), and
+``bench/results/recipe_search.md`` is rendered from every such line: pruned against unpruned searches per budget.
 
     python bench/bench_plan.py                                   # make train (3 seeds), about 15-25 min on 2 cores
     python bench/bench_plan.py --data <BEIR folder> --budget 10  # make train DATA=... BUDGET=10
+    python bench/bench_plan.py --data <BEIR folder> --budget 10 --no-pruning   # every search trial to its end
     MULTIPOS_BF16=0 python bench/bench_plan.py                   # the fp32 path (a CPU without native bf16)
 
 Start-up, BM25 and scoring are not in the estimate (it says so), so actual / predicted above 1 is expected; the
@@ -55,10 +59,65 @@ def run_make(clone: Path, make_args: list[str], env: dict, log: Path) -> tuple[f
     return time.perf_counter() - start, "".join(lines), status
 
 
+def search_record(clone: Path) -> dict:
+    """The own-data command's recipe search and result, read from its output folder under ``clone/multirun``:
+    ``trials``, ``pruned``, ``recipe``, ``best_dev`` (dev nDCG@10 of the chosen trial), ``test_summary`` (the text
+    of ``summary.txt``). Empty when the command wrote no such folder."""
+    import json
+
+    outs = sorted((clone / "multirun").glob("own_data-*"))
+    if not outs:
+        return {}
+    out = outs[-1]
+    trials = json.loads((out / "search" / "trials.json").read_text()) if (out / "search" / "trials.json").is_file() \
+        else {}
+    rows = trials.get("trials", []) if isinstance(trials, dict) else trials
+    finished = [t for t in rows if t.get("state") != "pruned" and t.get("value") is not None]
+    best = max(finished, key=lambda t: t["value"], default=None)
+    return {"trials": len(rows), "pruned": sum(t.get("state") == "pruned" for t in rows),
+            "trial_epochs": [t.get("epochs") for t in rows],
+            "recipe": json.loads((out / "recipe.json").read_text()) if (out / "recipe.json").is_file() else None,
+            "best_dev": best["value"] if best else None,
+            "test_summary": (out / "summary.txt").read_text().strip() if (out / "summary.txt").is_file() else None}
+
+
+TEST_MEAN = re.compile(r"own_test\s+(\d\.\d+) ± (\d\.\d+)")
+
+
+def render_search(results: Path, out: Path) -> None:
+    """``out`` (Markdown): one row per ``make train DATA=...`` line of ``results`` (the JSONL this script appends):
+    data, budget, pruning, trials finished / pruned, the chosen recipe, its dev nDCG@10, test nDCG@10 over the
+    seeds and the wall time."""
+    import json
+
+    lines = ["# Recipe search: successive halving against every trial to its end", "",
+             "Written by `bench/bench_plan.py --data ...` from `plan_vs_actual.jsonl`: each row is one fresh-clone run "
+             "of `make train DATA=<folder> BUDGET=<min>` (search, then the chosen recipe with each seed). Dev: "
+             "nDCG@10 of the chosen trial (seed 42); test: nDCG@10 mean ± sd over the seeds.", "",
+             "| data | budget (min) | pruning | trials | pruned | chosen recipe | dev nDCG@10 | test nDCG@10 | "
+             "wall (min) | machine | commit |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for raw in results.read_text().splitlines():
+        r = json.loads(raw)
+        if r.get("bench") != "plan_vs_actual" or "DATA=" not in r.get("command", "") or "trials" not in r:
+            continue
+        data = Path(re.search(r"DATA=(\S+)", r["command"]).group(1)).name
+        budget = re.search(r"BUDGET=(\S+)", r["command"]).group(1)
+        pruning = "off" if "--no-pruning" in r["command"] else "on"
+        test = TEST_MEAN.search(r.get("test_summary") or "")
+        recipe = ", ".join(f"{k}={v}" for k, v in r["recipe"].items()) if isinstance(r.get("recipe"), dict) else "—"
+        dev = f"{r['best_dev']:.4f}" if r.get("best_dev") is not None else "—"
+        lines.append(f"| {data} | {budget} | {pruning} | {r['trials']} | {r['pruned']} | {recipe} | {dev} | "
+                     f"{f'{test.group(1)} ± {test.group(2)}' if test else '—'} | {r['actual_min']} | "
+                     f"{r.get('cpu') or r.get('gpu')} ({r.get('cpus')} cores, bf16 env {r.get('bf16_env')}) | "
+                     f"{r.get('commit')} |")
+    out.write_text("\n".join(lines) + "\n")
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", help="a BEIR folder or Tevatron .jsonl: make train DATA=... instead of the main job")
     ap.add_argument("--budget", type=float, default=20, help="BUDGET= minutes of recipe search (with --data)")
+    ap.add_argument("--no-pruning", action="store_true", help="with --data: the search trains every trial to its end")
     ap.add_argument("--seeds", default="42,43,44")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--log", type=Path, help="also keep the command's whole output here")
@@ -67,6 +126,8 @@ def main(argv: list[str] | None = None) -> dict:
     make_args = [f"SEEDS={args.seeds}"]
     if args.data:
         make_args += [f"DATA={Path(args.data).resolve()}", f"BUDGET={args.budget:g}"]
+        if args.no_pruning:
+            make_args.append("ARGS=--no-pruning")
     with tempfile.TemporaryDirectory(prefix="bench-plan-") as tmp:
         clone = Path(tmp) / "clone"
         subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
@@ -74,6 +135,7 @@ def main(argv: list[str] | None = None) -> dict:
         env = {**os.environ, "MULTIPOS_CACHE": str(Path(tmp) / "cache")}
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         wall, output, status = run_make(clone, make_args, env, Path(tmp) / "make.log")
+        search = search_record(clone) if args.data else {}
     if args.log:
         args.log.write_text(output)
     predicted = predicted_minutes(output)
@@ -82,8 +144,10 @@ def main(argv: list[str] | None = None) -> dict:
            "bf16_env": os.environ.get("MULTIPOS_BF16"), "exit_status": status, "predicted_min": predicted,
            "actual_min": round(wall / 60, 2),
            "actual_over_predicted": round(wall / 60 / predicted, 2) if predicted else None,
-           "summary": summary}
+           "summary": summary, **search}
     append_result(args.out, res)
+    if args.data:
+        render_search(args.out, args.out.with_name("recipe_search.md"))
     return res
 
 

@@ -28,3 +28,32 @@ def test_the_benchmark_reads_the_minutes_the_plan_prints():
     line = f"  expected wall time: {plan.describe_estimate(prediction, rate, job, warm=False)}"
     assert _bench().predicted_minutes(f"make train: ...\n{line}\n") == round(prediction["total"] / 60)
     assert _bench().predicted_minutes("no plan here") is None
+
+
+def test_a_recipe_search_is_read_back_and_rendered_pruned_apart(tmp_path):
+    import json
+
+    bench = _bench()
+    out = tmp_path / "clone" / "multirun" / "own_data-nf-abc"
+    (out / "search").mkdir(parents=True)
+    trials = [{"number": 0, "overrides": {"loss": "jointlh"}, "value": 0.31, "state": "complete", "epochs": 3},
+              {"number": 1, "overrides": {"loss": "lsepair"}, "value": 0.20, "state": "pruned", "epochs": 9},
+              {"number": 2, "overrides": {"loss": "singlelh"}, "value": 0.33, "state": "complete", "epochs": 1}]
+    (out / "search" / "trials.json").write_text(json.dumps(trials))
+    (out / "recipe.json").write_text(json.dumps({"loss": "singlelh", "trainer.max_epochs": 1}))
+    (out / "summary.txt").write_text("own_test         0.3500 ± 0.0010 over 3 seeds | zero-shot 0.3160\n")
+    record = bench.search_record(tmp_path / "clone")
+    assert (record["trials"], record["pruned"], record["best_dev"]) == (3, 1, 0.33)
+    assert record["recipe"] == {"loss": "singlelh", "trainer.max_epochs": 1}
+    assert bench.search_record(tmp_path / "elsewhere") == {}
+    results = tmp_path / "plan_vs_actual.jsonl"
+    base = {"bench": "plan_vs_actual", "cpu": "AMD EPYC", "cpus": 2, "commit": "abc", "actual_min": 13.0}
+    lines = [{**base, "command": "make train SEEDS=42,43,44 DATA=/d/nf BUDGET=10", **record},
+             {**base, "command": "make train SEEDS=42,43,44 DATA=/d/nf BUDGET=10 ARGS=--no-pruning", **record},
+             {**base, "command": "make train SEEDS=42,43,44"}]
+    results.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    bench.render_search(results, tmp_path / "recipe_search.md")
+    rows = [r for r in (tmp_path / "recipe_search.md").read_text().splitlines() if r.startswith("| nf |")]
+    assert len(rows) == 2
+    assert "| on | 3 | 1 | loss=singlelh, trainer.max_epochs=1 | 0.3300 | 0.3500 ± 0.0010 |" in rows[0]
+    assert "| off |" in rows[1]
