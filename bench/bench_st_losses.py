@@ -19,7 +19,10 @@ sentence-transformers loss (plain and cached) against multipos's own loop (``Ret
 model, batch, objective, optimizer and clipping) on the same batch, the sides taking turns
 (:func:`common.interleaved`).
 
-    python bench/bench_st_losses.py [--seeds 42 43 44] [--epochs 3] [--max-queries N] [--out PATH]
+    python bench/bench_st_losses.py [--seeds 42 43 44] [--epochs 3] [--max-queries N] [--out PATH] [--resume]
+
+``--resume`` reuses the models already recorded in ``--out`` with the same settings on the same kind of machine
+(its full run takes hours on 2 cores: it can be finished seed by seed, across sessions).
 
 Defaults: the two-tower recipe's batch (32), G = 8, M = 2, lr 6.1e-5 with 10 % linear warm-up, 3 epochs, τ = 0.05,
 teacher-ordered positives (conf/experiment/two_tower.yaml). A smoke run (about 2 min on the 2-core CPU):
@@ -75,7 +78,33 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="search the test queries' judged passages and others up to N in all (smoke runs)")
     ap.add_argument("--step-rounds", type=int, default=6, help="timed optimizer steps per side (one more untimed)")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--resume", action="store_true",
+                    help="reuse the models already in --out with the same settings on the same CPU or GPU kind "
+                         "(one line per side and seed); train only the missing ones")
     return ap.parse_args(argv)
+
+
+#: The fields of a per-model line that must match for ``--resume`` to reuse it.
+RESUME_KEYS = ("cpu", "gpu", "batch", "group", "max_positives", "epochs", "lr", "temperature", "ordering", "query_len",
+               "passage_len", "eval_passage_len", "train_queries", "test_queries", "test_passages", "precision",
+               "device")
+
+
+def finished_models(out: Path, base: dict) -> dict[tuple[str, int], dict]:
+    """``{(side, seed): line}`` of the per-model lines of ``out`` whose :data:`RESUME_KEYS` equal ``base``'s (the
+    newest line wins); empty when ``out`` does not exist. Raises ``ValueError`` naming the line of a line that is not
+    JSON."""
+    found: dict[tuple[str, int], dict] = {}
+    if not out.is_file():
+        return found
+    for number, raw in enumerate(out.read_text().splitlines(), 1):
+        try:
+            line = json.loads(raw)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{out}:{number}: not a JSON line ({err})") from err
+        if line.get("bench") == "st_losses" and all(line.get(k) == base.get(k) for k in RESUME_KEYS):
+            found[(line["side"], line["seed"])] = line
+    return found
 
 
 def assets() -> tuple[Path, Path]:
@@ -379,8 +408,13 @@ def main(argv=None) -> None:
     info = machine_info()
     base = {**info, "bench": "st_losses", "command": command, **settings}
     runs = []
+    done = finished_models(args.out, base) if args.resume else {}
     for seed in args.seeds:
         for side in SIDES:
+            if (side, seed) in done:
+                print(f"{side} seed {seed}: reused from {args.out} ({done[side, seed]['time']})")
+                runs.append(done[side, seed])
+                continue
             folder = Path(tempfile.mkdtemp(prefix=f"{side}-{seed}-"))
             res = {"side": side, "seed": seed, **train(side, rows, split, args, seed, device, bf16, folder,
                                                        model_path)}
