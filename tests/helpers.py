@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
+from types import ModuleType
 
 from hydra import compose, initialize_config_dir
 
@@ -20,6 +23,17 @@ TOPICS = {
     "sleep": "sleep melatonin insomnia night rest circadian",
     "bone": "calcium bone osteoporosis fracture vitamin dairy",
 }
+
+
+def load_bench(relative_path: str, name: str) -> ModuleType:
+    """Import a script under ``bench/`` (not a package) as module ``name``: ``bench/`` goes on ``sys.path`` for its
+    ``common`` import, and the module is registered in ``sys.modules`` so its dataclasses can look it up."""
+    sys.path.insert(0, str(REPO / "bench"))
+    spec = importlib.util.spec_from_file_location(name, REPO / relative_path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def compose_cfg(config_name: str, overrides: list[str], return_hydra_config: bool = False):

@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import load_bench
 
 
 def _common():
-    spec = importlib.util.spec_from_file_location("bench_common", REPO / "bench" / "common.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("bench/common.py", "bench_common")
 
 
 def test_profile_steps_splits_a_step_into_operators_and_device_time():

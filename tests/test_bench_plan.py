@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 from multipos.runs import plan, speed
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import load_bench
 
 
 def _bench():
-    sys.path.insert(0, str(REPO / "bench"))
-    spec = importlib.util.spec_from_file_location("bench_plan", REPO / "bench" / "bench_plan.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("bench/bench_plan.py", "bench_plan")
 
 
 def test_the_benchmark_reads_the_minutes_the_plan_prints():

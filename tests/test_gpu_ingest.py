@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import subprocess
@@ -11,15 +10,12 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import load_bench
 
 
 @pytest.fixture(scope="module")
 def ingest_module():
-    spec = importlib.util.spec_from_file_location("gpu_ingest", REPO / "bench" / "gpu" / "ingest.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("bench/gpu/ingest.py", "gpu_ingest")
 
 
 def _tarball(path: Path, files: dict[str, str]) -> None:
