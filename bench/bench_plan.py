@@ -59,16 +59,29 @@ def run_make(clone: Path, make_args: list[str], env: dict, log: Path) -> tuple[f
     return time.perf_counter() - start, "".join(lines), status
 
 
-def search_record(clone: Path) -> dict:
-    """The own-data command's recipe search and result, read from its output folder under ``clone/multirun``:
+def make_args(data: str | None, budget: float, seeds: str, no_pruning: bool, out: Path) -> tuple[list[str], list[str]]:
+    """The ``make train`` arguments → (as recorded in the results line, as run). With ``data`` the run also passes
+    ``--out out`` through ``ARGS`` so that the own-data command writes into the clone being timed (an editable install
+    linked from elsewhere would otherwise write under that install's ``multirun/``); the recorded command leaves the
+    temporary folder out."""
+    recorded = [f"SEEDS={seeds}"]
+    if not data:
+        return recorded, list(recorded)
+    recorded += [f"DATA={Path(data).resolve()}", f"BUDGET={budget:g}"]
+    flags = ["--no-pruning"] if no_pruning else []
+    if flags:
+        recorded.append("ARGS=" + " ".join(flags))
+    return recorded, recorded[:3] + ["ARGS=" + " ".join(["--out", str(out), *flags])]
+
+
+def search_record(out: Path) -> dict:
+    """The own-data command's recipe search and result, read from its output folder ``out`` (its ``--out``):
     ``trials``, ``pruned``, ``recipe``, ``best_dev`` (dev nDCG@10 of the chosen trial), ``test_summary`` (the text
     of ``summary.txt``). Empty when the command wrote no such folder."""
     import json
 
-    outs = sorted((clone / "multirun").glob("own_data-*"))
-    if not outs:
+    if not out.is_dir():
         return {}
-    out = outs[-1]
     trials = json.loads((out / "search" / "trials.json").read_text()) if (out / "search" / "trials.json").is_file() \
         else {}
     rows = trials.get("trials", []) if isinstance(trials, dict) else trials
@@ -123,24 +136,21 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--log", type=Path, help="also keep the command's whole output here")
     args = ap.parse_args(argv)
 
-    make_args = [f"SEEDS={args.seeds}"]
-    if args.data:
-        make_args += [f"DATA={Path(args.data).resolve()}", f"BUDGET={args.budget:g}"]
-        if args.no_pruning:
-            make_args.append("ARGS=--no-pruning")
     with tempfile.TemporaryDirectory(prefix="bench-plan-") as tmp:
         clone = Path(tmp) / "clone"
+        own_out = clone / "multirun" / "own_data-bench"
+        recorded, run_args = make_args(args.data, args.budget, args.seeds, args.no_pruning, own_out)
         subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
         (clone / ".venv").symlink_to(REPO / ".venv")
         env = {**os.environ, "MULTIPOS_CACHE": str(Path(tmp) / "cache")}
         env.pop("PYTHONDONTWRITEBYTECODE", None)
-        wall, output, status = run_make(clone, make_args, env, Path(tmp) / "make.log")
-        search = search_record(clone) if args.data else {}
+        wall, output, status = run_make(clone, run_args, env, Path(tmp) / "make.log")
+        search = search_record(own_out) if args.data else {}
     if args.log:
         args.log.write_text(output)
     predicted = predicted_minutes(output)
     summary = [line for line in output.splitlines() if "ndcg@10" in line.lower()][-3:]
-    res = {"bench": "plan_vs_actual", **machine_info(), "command": "make train " + " ".join(make_args),
+    res = {"bench": "plan_vs_actual", **machine_info(), "command": "make train " + " ".join(recorded),
            "bf16_env": os.environ.get("MULTIPOS_BF16"), "exit_status": status, "predicted_min": predicted,
            "actual_min": round(wall / 60, 2),
            "actual_over_predicted": round(wall / 60 / predicted, 2) if predicted else None,

@@ -21,6 +21,13 @@ def test_the_benchmark_reads_the_minutes_the_plan_prints():
     assert _bench().predicted_minutes("no plan here") is None
 
 
+def test_the_own_data_command_writes_into_the_timed_clone_and_the_line_names_the_users_command(tmp_path):
+    recorded, run = _bench().make_args("/d/nf", 10, "42,43,44", True, tmp_path / "clone" / "multirun" / "own")
+    assert recorded == ["SEEDS=42,43,44", "DATA=/d/nf", "BUDGET=10", "ARGS=--no-pruning"]
+    assert run == [*recorded[:3], f"ARGS=--out {tmp_path}/clone/multirun/own --no-pruning"]
+    assert _bench().make_args(None, 20, "42", False, tmp_path) == (["SEEDS=42"], ["SEEDS=42"])
+
+
 def test_a_recipe_search_is_read_back_and_rendered_pruned_apart(tmp_path):
     import json
 
@@ -33,7 +40,7 @@ def test_a_recipe_search_is_read_back_and_rendered_pruned_apart(tmp_path):
     (out / "search" / "trials.json").write_text(json.dumps(trials))
     (out / "recipe.json").write_text(json.dumps({"loss": "singlelh", "trainer.max_epochs": 1}))
     (out / "summary.txt").write_text("own_test         0.3500 ± 0.0010 over 3 seeds | zero-shot 0.3160\n")
-    record = bench.search_record(tmp_path / "clone")
+    record = bench.search_record(out)
     assert (record["trials"], record["pruned"], record["best_dev"]) == (3, 1, 0.33)
     assert record["recipe"] == {"loss": "singlelh", "trainer.max_epochs": 1}
     assert bench.search_record(tmp_path / "elsewhere") == {}
