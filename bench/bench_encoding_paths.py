@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -89,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         ref = next(x for x in rows if x["path"] == "fp32" and x["model"] == r["model"] and x["set"] == r["set"])
         gaps.append(abs(r["ndcg@10"] - ref["ndcg@10"]))
         speedups.append(r["passages_per_s"] / ref["passages_per_s"])
-    record = {**machine_info(), "bench": "encoding_paths", "rows": rows,
+    record = {**machine_info(), "bench": "encoding_paths",
+              "command": "python bench/bench_encoding_paths.py " + " ".join(sys.argv[1:] if argv is None else argv),
+              "bf16_env": os.environ.get("MULTIPOS_BF16"), "tolerance": TOLERANCE, "rows": rows,
               "max_ndcg_gap": round(max(gaps), 4) if gaps else None,
               "speedup_min": round(min(speedups), 2) if speedups else None,
               "within_tolerance": bool(gaps) and max(gaps) <= TOLERANCE}
