@@ -64,14 +64,12 @@ def make_args(data: str | None, budget: float, seeds: str, no_pruning: bool, out
     ``--out out`` through ``ARGS`` so that the own-data command writes into the clone being timed (an editable install
     linked from elsewhere would otherwise write under that install's ``multirun/``); the recorded command leaves the
     temporary folder out."""
-    recorded = [f"SEEDS={seeds}"]
+    common = [f"SEEDS={seeds}"]
     if not data:
-        return recorded, list(recorded)
-    recorded += [f"DATA={Path(data).resolve()}", f"BUDGET={budget:g}"]
-    flags = ["--no-pruning"] if no_pruning else []
-    if flags:
-        recorded.append("ARGS=" + " ".join(flags))
-    return recorded, recorded[:3] + ["ARGS=" + " ".join(["--out", str(out), *flags])]
+        return common, common
+    common += [f"DATA={Path(data).resolve()}", f"BUDGET={budget:g}"]
+    flags = " --no-pruning" if no_pruning else ""
+    return common + ([f"ARGS={flags.strip()}"] if flags else []), common + [f"ARGS=--out {out}{flags}"]
 
 
 def search_record(out: Path) -> dict:

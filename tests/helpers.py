@@ -28,7 +28,8 @@ TOPICS = {
 def load_bench(relative_path: str, name: str) -> ModuleType:
     """Import a script under ``bench/`` (not a package) as module ``name``: ``bench/`` goes on ``sys.path`` for its
     ``common`` import, and the module is registered in ``sys.modules`` so its dataclasses can look it up."""
-    sys.path.insert(0, str(REPO / "bench"))
+    if str(REPO / "bench") not in sys.path:
+        sys.path.insert(0, str(REPO / "bench"))
     spec = importlib.util.spec_from_file_location(name, REPO / relative_path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
