@@ -6,7 +6,7 @@ JointLH, LSEPair × seeds 42, 43) twice on this machine, with the frozen index a
 (``MULTIPOS_BF16=0``) and in bf16 (``MULTIPOS_BF16=1``, where the CPU has native bf16; the query encoder trains in
 fp32 in both, ``size.query_side_precision``), two runs side by side. It then compares each cell's NFCorpus test
 nDCG@10 across the two precisions, and each against the same cell (objective, seed) of the archived Table 2
-query-side sweep ``experiments/sweeps/cpu-query_side-table2-table8-figure-2026-11-26.tar.xz`` (trained on an AMD
+query-side sweep in ``experiments/sweeps/cpu-query_side-table2-table8-figure-2026-11-26/`` (trained on an AMD
 EPYC, bf16 encoding), whose CPU and precision it reads from the runs. Appends one JSON line to
 ``bench/results/drift.jsonl``: per cell the three values, and the largest and mean absolute differences; then
 writes the newest record as a table to ``bench/results/drift.md`` (``--table`` does only that).
@@ -23,15 +23,13 @@ import os
 import statistics
 import subprocess
 import sys
-import tarfile
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results" / "drift.jsonl"
 TABLE = RESULTS.with_suffix(".md")
-ARCHIVE = ROOT / "experiments" / "sweeps" / "cpu-query_side-table2-table8-figure-2026-11-26.tar.xz"
+ARCHIVE = ROOT / "experiments" / "sweeps" / "cpu-query_side-table2-table8-figure-2026-11-26"
 SET, METRIC = "nfcorpus_test", "ndcg@10"
 
 
@@ -60,13 +58,9 @@ def cells(sweep: Path) -> dict[str, dict]:
 
 
 def archived(names: set[str]) -> dict[str, dict]:
-    """The archived Table 2 query-side cells named in ``names``."""
-    with tempfile.TemporaryDirectory() as tmp, tarfile.open(ARCHIVE) as tar:
-        wanted = [m for m in tar.getmembers() if m.name.startswith("table2_homogeneous-cpu-query_side/")
-                  and m.name.split("/")[1] in names and m.name.rsplit("/", 1)[-1] in
-                  ("metrics.json", "run_info.json", "train.log")]
-        tar.extractall(tmp, members=wanted, filter="data")
-        return cells(Path(tmp) / "table2_homogeneous-cpu-query_side")
+    """The archived Table 2 query-side cells named in ``names`` (their encoding precision from ``spec.json``)."""
+    return {name: cell for name, cell in cells(ARCHIVE / "table2_homogeneous-cpu-query_side").items()
+            if name in names}
 
 
 def write_table(record: dict) -> str:

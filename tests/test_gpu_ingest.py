@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -32,21 +32,25 @@ SPEED = {"bench": "speed", "time": "2026-11-27T10:00:00", "gpu": "NVIDIA H200", 
 FIT = {"bench": "fit_vs_st_train", "time": "2026-11-27T10:02:00", "gpu": "NVIDIA H200", "commit": "abc1234",
        "fit_vs_st_train": 1.6}
 PAPER = {"bench": "paper_scale", "time": "2026-11-26T23:59:00", "gpu": "NVIDIA H100 80GB HBM3"}
+#: A finished run folder (text copy) to stand for a GPU run: what the archive's export reads.
+TEMPLATE = Path(__file__).resolve().parents[1] / "experiments/runs/closed_loop-cpu/labels=human,seed=42"
+
+
+def _finished_run(folder: Path) -> Path:
+    shutil.copytree(TEMPLATE, folder)
+    return folder
 
 
 def test_lines_go_to_their_files_once_and_sweeps_into_multirun_and_the_archive(ingest_module, tmp_path):
     repo, calls = tmp_path / "repo", tmp_path / "out"
     (repo / "bench/results/gpu").mkdir(parents=True)
-    (repo / "experiments/sweeps").mkdir(parents=True)
-    (repo / "multirun/table2_homogeneous-cpu-gpu/run-a").mkdir(parents=True)
-    (repo / "multirun/table2_homogeneous-cpu-gpu/run-a/run_info.json").write_text('{"status": "finished"}')
-    (repo / "multirun/table2_homogeneous-cpu-gpu/run-a/model").mkdir()  # a trained model: never archived
-    (repo / "multirun/table2_homogeneous-cpu-gpu/run-a/model/model.safetensors").write_text("weights")
-    archived = tmp_path / "archived/table9_recontriever-cpu-gpu/run-c"  # in the old archive only (not in multirun/)
-    archived.mkdir(parents=True)
-    (archived / "run_info.json").write_text('{"status": "finished"}')
-    subprocess.run(["tar", "-cJf", str(repo / "experiments/sweeps/gpu-h100.tar.xz"), "table9_recontriever-cpu-gpu"],
-                   cwd=tmp_path / "archived", check=True)
+    run_a = _finished_run(repo / "multirun/table2_homogeneous-cpu-gpu/run-a")
+    (run_a / "model").mkdir()  # a trained model: never archived
+    (run_a / "model/model.safetensors").write_text("weights")
+    (run_a / "train.log").write_text("a log: never archived")
+    (repo / "multirun/table2_homogeneous-cpu-gpu/run-unfinished").mkdir()  # no run_info.json: left out
+    # in the archive only (not in multirun/): kept
+    _finished_run(repo / "experiments/sweeps/gpu-h100/table9_recontriever-cpu-gpu/run-c")
     held = repo / "bench/results/gpu/2026-11-27-h200-fit_vs_st.jsonl"
     held.write_text(json.dumps(FIT) + "\n")  # already taken in by an earlier ingest
     calls.mkdir()
@@ -57,7 +61,8 @@ def test_lines_go_to_their_files_once_and_sweeps_into_multirun_and_the_archive(i
     _tarball(calls / "suite.tar.gz", {"suite/speed.jsonl": json.dumps(PAPER) + "\n",
                                       "suite/suite.log": "FAILED tests/test_x.py::test_y\n1 failed, 9 passed\n"})
     _tarball(calls / "studies.tar.gz", {"studies/times.txt": "table3 300 s\n",
-                                        "multirun/table3_ood-cpu-gpu/run-b/run_info.json": '{"status": "finished"}'})
+                                        "multirun/table3_ood-cpu-gpu/run-b/run_info.json": '{"status": "running"}'})
+    _finished_run(repo / "multirun/table3_ood-cpu-gpu/run-d")  # finished in an earlier call
 
     out = ingest_module.ingest(calls, repo)
 
@@ -70,12 +75,14 @@ def test_lines_go_to_their_files_once_and_sweeps_into_multirun_and_the_archive(i
                                                        "bench/results/gpu/2026-11-27-h200-speed.jsonl"]
     assert (repo / "multirun/default-cpu-gpu/seed42/run_info.json").is_file()
     assert (repo / "multirun/table3_ood-cpu-gpu/run-b/run_info.json").is_file()
-    # not the main job's sweep; the old archive's sweep kept
+    # not the main job's sweep; the old archive's sweep kept; only finished runs, without weights or logs
     assert out["archive"] == ["table2_homogeneous-cpu-gpu", "table3_ood-cpu-gpu", "table9_recontriever-cpu-gpu"]
-    with tarfile.open(repo / "experiments/sweeps/gpu-h100.tar.xz") as tar:
-        tops = {name.split("/")[0] for name in tar.getnames()}
-        assert not [name for name in tar.getnames() if "/model" in name]
-    assert tops == {"table2_homogeneous-cpu-gpu", "table3_ood-cpu-gpu", "table9_recontriever-cpu-gpu"}
+    archive = repo / "experiments/sweeps/gpu-h100"
+    files = sorted(str(p.relative_to(archive)) for p in archive.rglob("*") if p.is_file())
+    assert {f.split("/")[1] for f in files} == {"run-a", "run-c", "run-d"}
+    assert not [f for f in files if "/model" in f or f.endswith(".log")]
+    assert "table2_homogeneous-cpu-gpu/run-a/per_query.nfcorpus_test.json" in files
+    assert (repo / "multirun/table9_recontriever-cpu-gpu/run-c/metrics.json").is_file()  # next call skips it
 
     again = ingest_module.ingest(calls, repo)  # idempotent: nothing appended the second time
     assert again["lines"] == []

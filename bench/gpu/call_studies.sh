@@ -14,9 +14,9 @@ else
   SEEDS="42 43 44"; VARIANT="++size.suffix=-gpu"; SWEEP=-cpu-gpu
 fi
 R=/tmp/results/studies; mkdir -p $R
-# the study runs earlier GPU sessions finished (experiments/sweeps/gpu-h100.tar.xz, docs/gpu.md): skipped, not repeated
-[ -f experiments/sweeps/gpu-h100.tar.xz ] && mkdir -p multirun && \
-  tar -xJf experiments/sweeps/gpu-h100.tar.xz -C multirun --skip-old-files --exclude=default-cpu-gpu
+# the study runs earlier GPU sessions finished (experiments/sweeps/gpu-h100/, docs/gpu.md): skipped, not repeated
+[ -d experiments/sweeps/gpu-h100 ] && mkdir -p multirun && \
+  cp -rn experiments/sweeps/gpu-h100/*-gpu multirun/
 end=$(( $(date +%s) + ${STUDY_S:-470} ))
 # two-tower default: what no GPU session has finished first (Table 7's m4_f25, Tables 8 and 9, the figure), then the
 # studies the archive holds (their finished runs are skipped). table3_ood (named in STUDIES) trains Table 2 again first,

@@ -10,9 +10,10 @@ into a temporary folder, then:
   ``bench/results/gpu/<date>-<gpu>-<kind>.jsonl`` (date from its ``time``, ``h100`` / ``h200`` from its ``gpu``, kind
   ``speed``, ``fit_vs_st`` or ``paper_scale`` from its ``bench``), unless that file already holds the same line;
 * every sweep folder (``multirun/<study>-…-gpu``) is copied into ``multirun/``, its files replacing those of the same
-  run there; when a study sweep came back (any but the main job's ``default-cpu-gpu``),
-  ``experiments/sweeps/gpu-h100.tar.xz`` is rewritten from every such sweep in ``multirun/`` and in the old archive,
-  so the next GPU call skips their finished runs;
+  run there; when a study sweep came back (any but the main job's ``default-cpu-gpu``), each study sweep in
+  ``multirun/`` is written into the archive folder ``experiments/sweeps/gpu-h100/`` as text
+  (:func:`multipos.report.export.export_sweep`: what the renderer reads), after the runs the archive already holds
+  were copied into ``multirun/`` (no file there replaced), so the next GPU call skips their finished runs;
 * the call's log lines worth reading first are printed: the suite's counts and failures, ``times.txt``, the main job's
   summary, each benchmark line's ratios, and the render command of each sweep.
 
@@ -24,10 +25,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
-import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
@@ -35,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 TARBALLS = ("suite.tar.gz", "main.tar.gz", "studies.tar.gz")
 KINDS = {"speed": "speed", "batch_receive": "speed", "fit_vs_st_train": "fit_vs_st", "paper_scale": "paper_scale"}
-ARCHIVE = Path("experiments/sweeps/gpu-h100.tar.xz")  # the name the earlier sessions gave it; it holds H200 runs too
+ARCHIVE = Path("experiments/sweeps/gpu-h100")  # the name the earlier sessions gave it; it holds H200 runs too
 MAIN_SWEEP = "default-cpu-gpu"
 RATIOS = ("step_vs_bare", "step_vs_st_mnrl", "lightning_vs_bare", "lightning_collated_vs_bare",
           "lightning_descriptors_vs_bare", "lightning_pinned_vs_bare", "gap_s_lightning_collated",
@@ -114,22 +113,35 @@ def copy_sweeps(unpacked: Path, repo: Path, dry_run: bool) -> list[str]:
     return names
 
 
+def _copy_missing(source: Path, target: Path) -> None:
+    """Copy the files of ``source`` into ``target`` that ``target`` lacks (none replaced)."""
+    for path in sorted(source.rglob("*")):
+        dest = target / path.relative_to(source)
+        if path.is_file() and not dest.exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, dest)
+
+
 def rewrite_archive(repo: Path) -> list[str]:
-    """Rewrite :data:`ARCHIVE` from every ``multirun/*-gpu`` study sweep (not :data:`MAIN_SWEEP`) → their names.
-    The old archive is unpacked into ``multirun/`` first without replacing any file there, so a sweep it holds that
-    this checkout lacks (a fresh clone has no ``multirun/``) stays in it. Written to a temporary file first and renamed,
-    so a failed ``tar`` leaves the old archive."""
+    """Write every ``multirun/*-gpu`` study sweep (not :data:`MAIN_SWEEP`) into :data:`ARCHIVE` as text → their
+    names. The runs the archive holds are copied into ``multirun/`` first without replacing any file there, so a sweep
+    or run it holds that this checkout lacks (a fresh clone has no ``multirun/``) stays in it. Each sweep's folder in
+    the archive is replaced whole (:func:`multipos.report.export.export_sweep`), so a failed export leaves the old one;
+    a sweep with no finished run is left out. Weights, checkpoints, TREC runs and logs never reach the archive."""
+    from multipos.report.export import export_sweep
+
     target = repo / ARCHIVE
     (repo / "multirun").mkdir(exist_ok=True)
-    if target.is_file():
-        subprocess.run(["tar", "-xJf", str(target), "-C", str(repo / "multirun"), "--skip-old-files"], check=True)
-    names = sorted(p.name for p in (repo / "multirun").glob("*-gpu") if p.is_dir() and p.name != MAIN_SWEEP)
-    tmp = target.with_name(target.name + ".tmp")
-    # the GPU tarballs leave these out already; a sweep that reached multirun/ another way must not bring them in
-    excludes = ["--exclude=checkpoints", "--exclude=model", "--exclude=run.*.trec"]
-    subprocess.run(["tar", "-cJf", str(tmp), *excludes, *names], cwd=repo / "multirun", check=True,
-                   env={**os.environ, "XZ_OPT": "-9"})
-    os.replace(tmp, target)
+    if target.is_dir():
+        for sweep in sorted(p for p in target.iterdir() if p.is_dir()):
+            _copy_missing(sweep, repo / "multirun" / sweep.name)
+    names = []
+    for sweep in sorted(p for p in (repo / "multirun").glob("*-gpu") if p.is_dir() and p.name != MAIN_SWEEP):
+        try:
+            export_sweep(sweep, target)
+        except FileNotFoundError:  # no finished run yet
+            continue
+        names.append(sweep.name)
     return names
 
 

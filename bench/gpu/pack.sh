@@ -33,4 +33,4 @@ XZ_OPT="-9 -T2" tar -cJf .gpu-pack/faiss.tar.xz -C /tmp/gpu-pack-faiss .
 rm -rf /tmp/gpu-pack-stage /tmp/gpu-pack-faiss
 tracked=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1); pack=$(du -cb .gpu-pack | tail -1 | cut -f1)
 echo "tracked tree $tracked + .gpu-pack $pack = $((tracked + pack)) bytes (limit $((64 * 1024 * 1024)))"
-[ $((tracked + pack)) -lt $((64 * 1024 * 1024)) ] || echo "over the limit: move the CPU sweep archives aside for the call (mkdir -p /tmp/hold && mv experiments/sweeps/cpu-*.tar.xz /tmp/hold/), back after"
+[ $((tracked + pack)) -lt $((64 * 1024 * 1024)) ] || echo "over the limit: move the CPU sweep archives aside for the call (mkdir -p /tmp/hold && mv experiments/sweeps/cpu-* /tmp/hold/), back after"

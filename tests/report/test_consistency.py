@@ -112,11 +112,27 @@ def test_hard_linked_copies_in_an_archive_are_read_and_kept(tmp_path):
 def test_the_committed_run_folders_have_one_number_per_cell():
     from multipos.report.consistency import default_sources
 
-    runs = [s for s in default_sources() if s.is_dir()]
+    runs = [s for s in default_sources() if s.name == "runs"]
     assert runs and disagreements(runs) == []
+
+
+def test_resolve_rewrites_archive_folders_in_place_and_dates_them_by_name(tmp_path, capsys):
+    from multipos.report.consistency import _age, default_sources
+
+    old, new = tmp_path / "experiments/sweeps/a-2026-11-25", tmp_path / "experiments/sweeps/b-2026-11-26"
+    _run(old / "study_a", "seed=42", 0.3300)
+    _run(new / "study_b", "seed=42", 0.3310)
+    (tmp_path / "experiments/runs").mkdir()
+    (tmp_path / "experiments/sweeps/gpu-h100").mkdir()
+    assert [_age(s) for s in default_sources(tmp_path)] == ["9999", "2026-11-25", "2026-11-26", "0000"]
+    assert main(["--resolve", str(old), str(new)]) == 0
+    assert "changed: a-2026-11-25/study_a" in capsys.readouterr().out
+    info = json.loads((old / "study_a/seed=42/run_info.json").read_text())
+    assert info["copied_from"] == ["b-2026-11-26/study_b/seed=42"]
+    assert json.loads((old / "study_a/seed=42/metrics.json").read_text())["nfcorpus_test"]["ndcg@10"] == 0.3310
 
 
 @pytest.mark.slow
 def test_every_committed_results_source_has_one_number_per_cell():
-    """experiments/runs/ and every archive (about 4 min on 2 cores): `--resolve` made them agree on 2026-12-02."""
+    """experiments/runs/ and every archive folder (minutes on 2 cores): `--resolve` made them agree on 2026-12-02."""
     assert [str(d) for d in disagreements()] == []

@@ -62,3 +62,19 @@ def test_reported_metrics_reads_columns_and_plot():
     spec = {"columns": ["a:ndcg@10", "a:mrr@10", "b.gold:ndcg@10"],
             "plot": {"kind": "ratio_ablation", "eval_set": "c", "metrics": ["recall@100"]}}
     assert reported_metrics(spec) == {"a": {"ndcg@10", "mrr@10"}, "b.gold": {"ndcg@10"}, "c": {"recall@100"}}
+
+
+def test_the_accepted_hydra_files_are_copied_and_a_run_from_before_specs_keeps_hydra_yaml(tmp_path):
+    sweep = _study(tmp_path / "s")
+    run = sweep / "loss=lsepair,seed=42"
+    accepted = (run / ".hydra" / "config.yaml").read_text()
+    (run / ".hydra.accepted").mkdir()
+    (run / ".hydra.accepted" / "config.yaml").write_text(accepted)
+    (run / ".hydra" / "config.yaml").write_text(accepted.replace("lsepair", "refused"))  # a refused job's config
+    for name in ("loss=lsepair,seed=42", "loss=jointlh,seed=42"):
+        (sweep / name / ".hydra" / "hydra.yaml").write_text("hydra: {runtime: {output_dir: /elsewhere}}\n")
+    (sweep / "loss=jointlh,seed=42" / "spec.json").write_text("{}")  # keyed by a spec: hydra.yaml not needed
+    copy = export_sweep(sweep, tmp_path / "runs")
+    assert (copy / "loss=lsepair,seed=42" / ".hydra" / "config.yaml").read_text() == accepted
+    assert (copy / "loss=lsepair,seed=42" / ".hydra" / "hydra.yaml").is_file()
+    assert not (copy / "loss=jointlh,seed=42" / ".hydra" / "hydra.yaml").exists()

@@ -330,11 +330,12 @@ def test_provenance_names_each_device_with_its_runs(tmp_path):
 def test_provenance_names_the_archive_and_counts_copied_cells_and_reference_rows(tmp_path):
     from multipos.report.render import provenance
 
-    sweep = tmp_path / "cpu-query_side-2026-11-25.tar.xz" / "s"
+    sweep = tmp_path / "sweeps" / "cpu-query_side-2026-11-25" / "s"
     runs = _lsepair_runs(sweep, (1, 2, 3))
-    infos = [{"copied_from": ["a.tar.xz/s/seed=1"]},
-             {"copied_from": ["a.tar.xz/s/seed=9 (references: zero-shot, nfcorpus_test)"]},
-             {"copied_from": ["a.tar.xz/s/seed=3", "a.tar.xz/t/seed=3 (references: bm25, nfcorpus_test)"]}]
+    infos = [{"copied_from": ["a/s/seed=1"]},
+             {"copied_from": ["a/s/seed=9 (references: zero-shot, nfcorpus_test)"]},
+             {"copied_from": ["a/s/seed=3", "a/t/seed=3 (references: bm25, nfcorpus_test)"]}]
     line = provenance(sweep, runs, infos)
-    assert "in sweep `s` of archive `experiments/sweeps/cpu-query_side-2026-11-25.tar.xz`" in line
+    assert "in sweep `s` of archive `experiments/sweeps/cpu-query_side-2026-11-25`" in line
+    assert " of archive " not in provenance(tmp_path / "multirun" / "s", runs, infos)  # a sweep of its own
     assert "2 of them: their results copied" in line and "2 of them: their reference rows copied" in line

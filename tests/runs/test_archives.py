@@ -1,13 +1,14 @@
-"""The archived sweeps (experiments/sweeps/*.tar.xz) after ``python -m multipos.runs.migrate``: every run is re-keyed,
-every cell is found finished by today's configs (its run key is the key of the config its overrides compose now),
-and the tables rendered from them are the committed ones, byte for byte.
+"""The archived studies (experiments/sweeps/<archive>/, text copies, :mod:`multipos.report.export`) after
+``python -m multipos.runs.migrate`` on a copy: every run is re-keyed, every cell is found finished by today's configs
+(its run key is the key of the config its overrides compose now), and the tables rendered from them are the committed
+ones, byte for byte.
 
 The two smallest archives run in the default suite; the others are marked ``slow`` (``make test-slow``)."""
 
 from __future__ import annotations
 
 import json
-import tarfile
+import shutil
 from pathlib import Path
 
 import pytest
@@ -63,20 +64,26 @@ def todays_overrides(overrides: list[str], evaluates: bool = False) -> list[str]
 
 
 def _extract(names: list[str], into: Path) -> Path:
-    """Extract the archives ``names`` into ``into`` (result files only: no TREC runs, logs or CSV logs)."""
+    """Copy the archives ``names`` (folders of ``experiments/sweeps/``) into ``into``: migrating writes into its
+    copy, never into the committed text."""
     for name in names:
-        with tarfile.open(SWEEPS / f"{name}.tar.xz") as tar:
-            members = [m for m in tar.getmembers() if not m.name.endswith((".trec", "train.log", "metrics.csv"))]
-            tar.extractall(into, members=members, filter="data")
+        shutil.copytree(SWEEPS / name, into, dirs_exist_ok=True)
     return into
+
+
+ARCHIVES = sorted(p.name for p in SWEEPS.iterdir() if p.is_dir())
 
 
 def _marks(names: list[str]):
     return [] if set(names) <= FAST else [pytest.mark.slow]
 
 
-@pytest.mark.parametrize("name", [pytest.param(p.name[:-len(".tar.xz")], marks=_marks([p.name[:-len(".tar.xz")]]))
-                                  for p in sorted(SWEEPS.glob("*.tar.xz"))])
+def test_the_archives_are_text_and_every_rendered_archive_is_there():
+    assert not list(SWEEPS.glob("*.tar*")), "archives are committed as text folders (python -m multipos.report.export)"
+    assert {n for names, *_ in RENDERED for n in names} <= set(ARCHIVES)
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_marks([n])) for n in ARCHIVES])
 def test_every_archived_run_is_rekeyed_and_found_finished_by_todays_configs(name, tmp_path):
     root = _extract([name], tmp_path)
     done, left = migrate.migrate([root])
@@ -98,7 +105,7 @@ def test_every_archived_run_is_rekeyed_and_found_finished_by_todays_configs(name
     pytest.param(names, sweep, stems, flags[0] if flags else [], marks=_marks(names), id=sweep)
     for names, sweep, stems, *flags in RENDERED])
 def test_rendered_tables_of_a_migrated_archive_are_the_committed_ones(names, sweep, stems, flags, tmp_path):
-    root = _extract(names, tmp_path / "sweeps" / f"{names[0]}.tar.xz")  # the provenance line names the archive
+    root = _extract(names, tmp_path / "sweeps" / names[0])  # the provenance line names the archive
     assert not migrate.migrate([root])[1]
     out = tmp_path / "results"
     render([str(root / sweep), "--out", str(out), *flags])

@@ -157,8 +157,8 @@ def test_a_study_removes_the_resume_checkpoints_of_a_finished_run(tiny_beir, tin
 
 
 def test_a_run_brought_back_without_its_model_is_finished_but_never_a_reuse_source(tmp_path, monkeypatch):
-    """GPU sweeps travel back without checkpoints or models (experiments/sweeps/gpu-h100.tar.xz, docs/gpu.md): a
-    sweep unpacked from them skips those runs and renders them, and reuse never copies one (it has no model)."""
+    """GPU sweeps travel back without checkpoints or models (experiments/sweeps/gpu-h100/, docs/gpu.md): a
+    sweep copied from there skips those runs and renders them, and reuse never copies one (it has no model)."""
     monkeypatch.setenv("MULTIPOS_CACHE", str(tmp_path / "cache"))
     info = {"status": "complete", "run_key": HASH, "equivalence_key": KEY}
     d = _folder(tmp_path / "archived-cpu-gpu", "brought_back", info, metrics=True, model=False)

@@ -1,8 +1,8 @@
 """One number per cell: ``python -m multipos.report.consistency [PATH ...]``.
 
-Walks every committed results source — the run folders below ``experiments/runs/`` and the sweeps packed in
-``experiments/sweeps/*.tar.xz`` (unpacked into a temporary folder) — and finds the places where the same cell has
-two values:
+Walks every committed results source — the run folders below ``experiments/runs/`` and the archived studies in
+``experiments/sweeps/<archive>/`` (text copies, :mod:`multipos.report.export`; a ``.tar.xz`` archive named on the
+command line is unpacked into a temporary folder) — and finds the places where the same cell has two values:
 
 * a **cell** is a run's spec (:class:`multipos.runs.spec.RunSpec` key; a folder from before specs is keyed by
   :func:`multipos.runs.migrate.migrate_run`, in the temporary copy) trained in one setting (device kind, training
@@ -20,7 +20,7 @@ archive's name; ``experiments/runs/`` is newer than every archive) — the study
 already had made the later, and so canonical, run; a reference row keeps the value most folders hold (ties: the
 newest). Every other folder of that key becomes a copy: its results files are replaced by the kept run's and its
 ``run_info.json`` records ``copied_from`` (the run it now reads), as :mod:`multipos.runs.reuse` does for new runs.
-Archives are re-packed; folders below ``experiments/runs/`` are rewritten in place. Re-render the studies whose
+Folders are rewritten in place, ``.tar.xz`` archives re-packed. Re-render the studies whose
 runs changed (the command lists them). Reported numbers that come
 from a file (a rendered table) are the renderer's concern (:mod:`multipos.report.render` reads one run folder per
 cell); this command is about the run folders those tables are rendered from.
@@ -67,9 +67,9 @@ class Disagreement:
 
 
 def default_sources(root: Path = REPO_ROOT) -> list[Path]:
-    """``experiments/runs/`` and every ``experiments/sweeps/*.tar.xz`` below ``root`` that exist."""
-    runs = root / "experiments" / "runs"
-    return [*([runs] if runs.is_dir() else []), *sorted((root / "experiments" / "sweeps").glob("*.tar.xz"))]
+    """``experiments/runs/`` and every archive folder ``experiments/sweeps/<archive>/`` below ``root`` that exist."""
+    runs, sweeps = root / "experiments" / "runs", root / "experiments" / "sweeps"
+    return [*([runs] if runs.is_dir() else []), *sorted(p for p in sweeps.glob("*") if p.is_dir())]
 
 
 def unpack(sources: Iterable[Path], into: Path, everything: bool = False) -> list[Path]:
@@ -184,11 +184,12 @@ _DATE = re.compile(r"(\d{4}-\d{2}-\d{2})")
 
 
 def _age(source: Path) -> str:
-    """Sort key of a source's age: the date in its name; a folder (``experiments/runs/``) is newest."""
-    if Path(source).is_dir():
-        return "9999"
+    """Sort key of a source's age: the date in its name; else newest for ``experiments/runs/`` (a folder not in a
+    ``sweeps`` folder), oldest for an archive."""
     found = _DATE.search(Path(source).name)
-    return found.group(1) if found else "0000"
+    if found:
+        return found.group(1)
+    return "9999" if Path(source).is_dir() and Path(source).parent.name != "sweeps" else "0000"
 
 
 def _copy_results(kept: Path, folder: Path, names: Sequence[str], copied_from: str) -> None:

@@ -4,11 +4,15 @@
     python -m multipos.report.export multirun/<sweep>              # -> experiments/runs/<sweep>/
     python -m multipos.report.render experiments/runs/<sweep>      # the study's tables, from the text copy
 
-Kept per run: ``.hydra/config.yaml`` and ``.hydra/overrides.yaml`` (the cell), ``metrics.json``, ``run_info.json``
-(status, device, wall time), ``spec.json`` (what the run computed, :mod:`multipos.runs.spec`), ``references.json``
-(BM25 and zero-shot rows), and ``per_query.<set>.json`` for the sets the report names (its columns and plot), holding
-only the metrics it names — the per-query values its paired t-tests read. Left out: weights, checkpoints, TREC run
-files, logs (the text copy is about 30 KB a run instead of 100-300 MB).
+Kept per run: ``.hydra/config.yaml`` and ``.hydra/overrides.yaml`` (the cell; from ``.hydra.accepted/`` when the
+folder kept one, :func:`multipos.runs.folder.keep_hydra_files`), ``metrics.json``, ``run_info.json`` (status, device,
+wall time), ``spec.json`` (what the run computed, :mod:`multipos.runs.spec`), ``references.json`` (BM25 and zero-shot
+rows), and ``per_query.<set>.json`` for the sets the report names (its columns and plot), holding only the metrics it
+names — the per-query values its paired t-tests read. A run from before specs (no ``spec.json``) also keeps
+``.hydra/hydra.yaml``: :mod:`multipos.runs.migrate` reads where it ran from it to key it. Left out: weights,
+checkpoints, TREC run files, logs (the text copy is about 30 KB a run instead of 100-300 MB).
+
+The archived studies in ``experiments/sweeps/<archive>/`` are such copies, one folder of sweeps per archive.
 """
 
 from __future__ import annotations
@@ -24,12 +28,25 @@ from multipos.atomic import read_json
 from multipos.report.render import read_spec
 from multipos.report.tables import parse_column
 from multipos.runs.find import sweep_runs
+from multipos.runs.folder import ACCEPTED_HYDRA_DIR, HYDRA_DIR
 
 __all__ = ["export_sweep", "reported_metrics", "main"]
 
 #: Files copied whole from each run folder (when present).
 KEPT_FILES = (".hydra/config.yaml", ".hydra/overrides.yaml", "metrics.json", "run_info.json", "spec.json",
               "references.json")
+#: Kept too for a run without ``spec.json`` (from before specs): where it ran, which migration reads.
+LEGACY_FILES = (".hydra/hydra.yaml",)
+
+
+def _source(run: Path, name: str) -> Path:
+    """The file ``name`` of ``run`` to copy: a Hydra file from ``.hydra.accepted/`` when the folder kept one (Hydra
+    rewrites ``.hydra/`` before a job that may then refuse the folder), else ``run / name``."""
+    if name.startswith(HYDRA_DIR + "/"):
+        accepted = run / ACCEPTED_HYDRA_DIR / name.split("/", 1)[1]
+        if accepted.is_file():
+            return accepted
+    return run / name
 
 
 def reported_metrics(spec: Mapping) -> dict[str, set[str]]:
@@ -63,10 +80,12 @@ def export_sweep(sweep_dir: str | Path, out: str | Path = "experiments/runs") ->
     with atomic.replace_dir(target) as staging:
         for run in finished:
             dest = staging / run.relative_to(sweep)
-            for name in KEPT_FILES:
-                if (run / name).is_file():
+            legacy = () if (run / "spec.json").is_file() else LEGACY_FILES
+            for name in (*KEPT_FILES, *legacy):
+                source = _source(run, name)
+                if source.is_file():
                     (dest / name).parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(run / name, dest / name)
+                    shutil.copyfile(source, dest / name)
             for eval_set, metrics in wanted.items():
                 source = run / f"per_query.{eval_set}.json"
                 if source.is_file():

@@ -77,19 +77,19 @@ def _duration(s: float) -> str:
 
 
 def provenance(sweep: Path, runs: Sequence[RunResult], infos: Sequence[Mapping], rows: int | None = None) -> str:
-    """One line: number of runs (and rows), seeds, sweep name (and the archive, for a sweep unpacked into a folder
-    named after its ``experiments/sweeps/*.tar.xz``), runs copied from an equivalent finished run
-    (``run_info.json`` ``reused_from``, :mod:`multipos.runs.reuse`) or whose results are another study's run of the
-    same cell (``copied_from``, :mod:`multipos.report.consistency`), wall time of the others (total and mean
-    per run, from ``run_info.json`` ``wall_s``, left out when no run has it; called a lower bound when runs were
-    resumed, ``run_info.json`` ``resumed``, since an attempt that was killed never records its time) and device(s)
-    (``run_info.json`` ``device``; several: each with its number of runs)."""
+    """One line: number of runs (and rows), seeds, sweep name (and the archive, for a sweep of an archived study,
+    ``experiments/sweeps/<archive>/<sweep>``, or a copy of one in another folder named ``sweeps``), runs copied from
+    an equivalent finished run (``run_info.json`` ``reused_from``, :mod:`multipos.runs.reuse`) or whose results are
+    another study's run of the same cell (``copied_from``, :mod:`multipos.report.consistency`), wall time of the
+    others (total and mean per run, from ``run_info.json`` ``wall_s``, left out when no run has it; called a lower
+    bound when runs were resumed, ``run_info.json`` ``resumed``, since an attempt that was killed never records its
+    time) and device(s) (``run_info.json`` ``device``; several: each with its number of runs)."""
     seeds = sort_seeds({r.config.get("seed") for r in runs if r.config.get("seed") is not None})
     parts = [f"{len(runs)} run{'s' * (len(runs) != 1)}"
              + (f" ({rows} row{'s' * (rows != 1)})" if rows is not None else "")
              + f" in sweep `{sweep.resolve().name}`"
              + (f" of archive `experiments/sweeps/{sweep.resolve().parent.name}`"
-                if sweep.resolve().parent.name.endswith(".tar.xz") else "")]
+                if sweep.resolve().parent.parent.name == "sweeps" else "")]
     if seeds:
         parts.append(f"seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}")
     reused = sum(1 for i in infos if i.get("reused_from"))
