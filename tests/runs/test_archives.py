@@ -8,6 +8,7 @@ The two smallest archives run in the default suite; the others are marked ``slow
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -80,6 +81,8 @@ def _marks(names: list[str]):
 
 def test_the_archives_are_text_and_every_rendered_archive_is_there():
     assert not list(SWEEPS.glob("*.tar*")), "archives are committed as text folders (python -m multipos.report.export)"
+    if os.environ.get("MULTIPOS_TEST_ACCELERATOR") == "gpu":
+        pytest.skip("a GPU call leaves the big CPU archives behind (bench/gpu/pack.sh: the 64 MiB working-tree limit)")
     assert {n for names, *_ in RENDERED for n in names} <= set(ARCHIVES)
 
 
