@@ -44,7 +44,8 @@ train: install
 ifdef DATA
 	$(BIN)/python -m multipos.own_data run '$(DATA)' --budget-min $(BUDGET) --seeds $(SEEDS) $(ARGS)
 else
-	$(if $(filter default,$(EXPERIMENT)),$(BIN)/python -m multipos.runs.plan --seeds $(SEEDS))
+	$(if $(filter default,$(EXPERIMENT)),$(BIN)/python -m multipos.runs.plan --seeds $(SEEDS) \
+	  --parallel-jobs $(or $(patsubst parallel_jobs=%,%,$(filter parallel_jobs=%,$(PARALLEL))),1))
 	$(BIN)/python train.py -m experiment=$(EXPERIMENT) seed=$(firstword $(SEED_LIST)) prepare_only=true $(ARGS)
 	$(BIN)/python train.py -m experiment=$(EXPERIMENT) seed=$(SEEDS) $(PARALLEL) $(ARGS)
 	$(BIN)/python -m multipos.report.summary multirun/$(EXPERIMENT)-cpu

@@ -52,3 +52,21 @@ def test_no_measure_prints_the_plan_alone(assets, monkeypatch, capsys):
     monkeypatch.setattr(speed, "measure", lambda *a, **k: pytest.fail("measured"))
     assert plan.main(["--no-measure"]) == 0
     assert "expected wall time" not in capsys.readouterr().out
+
+
+def test_seeds_trained_side_by_side_are_planned_so(assets, monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("MULTIPOS_CACHE", str(tmp_path))
+    jobs = []
+
+    def fake_measure(job, bf16):
+        jobs.append(job)
+        return speed.Speed(passages_per_s={c.name: 50.0 for c in job.corpora}, step_s=0.5, queries_per_s=200.0,
+                           precision="fp32", measured_at="2026-12-02 10:00", measuring_s=12.0, step_1thread_s=0.6,
+                           cores=2)
+
+    monkeypatch.setattr(speed, "measure", fake_measure)
+    assert plan.main(["--seeds", "42,43,44", "--parallel-jobs", "3"]) == 0
+    out = capsys.readouterr().out
+    assert jobs[0].side_by_side == 3 and "3 seed(s) side by side" in out
+    expected = speed.predict(jobs[0], fake_measure(jobs[0], False))
+    assert f"expected wall time: about {expected['total'] / 60:.0f} min" in out

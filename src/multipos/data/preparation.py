@@ -253,8 +253,13 @@ def mine_bm25_negatives(corpus: Corpus, queries: dict[str, str], judged: dict[st
     return _cache_json("negatives", settings, compute)
 
 
+#: The passage length in tokens :func:`teacher_order` scores at (the evaluation's, so the main job's frozen index and
+#: the teacher's passage embeddings are one cache entry).
+TEACHER_PASSAGE_MAX_LENGTH = 256
+
+
 def teacher_order(queries: list[TrainQuery], query_texts: dict[str, str], corpus: Corpus, teacher: str,
-                  source: str, query_max_length: int = 32, passage_max_length: int = 256, *,
+                  source: str, query_max_length: int = 32, passage_max_length: int = TEACHER_PASSAGE_MAX_LENGTH, *,
                   pooling: str | None = None, normalize: bool | None = None,
                   trust_remote_code: bool = False, prompts: dict | None = None) -> None:
     """Reorder each query's gold and silver positives by descending teacher score (in place). Cached.

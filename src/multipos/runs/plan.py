@@ -1,11 +1,10 @@
 """What ``make train`` will do and about how long it takes, printed before it starts.
 
-``python -m multipos.runs.plan [--seeds 42,43,44] [--no-measure]`` prints the plan of the main job on the embedded
-default and a wall-time estimate measured on this machine (:mod:`multipos.runs.speed`: a few timed batches of
-encoding each corpus the job encodes and of its training step, scaled by the job's counts; 10-30 s, kept in the
-cache so that a second plan does not measure again). With the caches already filled (a second run), the corpora are
-not encoded again and the estimate says so. ``--no-measure`` prints the plan without an estimate.
-"""
+``python -m multipos.runs.plan [--seeds 42,43,44] [--parallel-jobs 3] [--no-measure]`` prints the plan of the main
+job on the embedded default and a wall-time estimate measured on this machine (:mod:`multipos.runs.speed`: a few
+timed batches of encoding each corpus the job encodes and of its training step, scaled by the job's counts; 10-30 s,
+kept in the cache so that a second plan does not measure again). With the caches already filled (a second run), the
+corpora are not encoded again and the estimate says so. ``--no-measure`` prints the plan without an estimate."""
 
 from __future__ import annotations
 
@@ -25,8 +24,9 @@ def describe_estimate(prediction: dict[str, float], speed, job, warm: bool, sear
     encode = "corpora cached: none encoded" if warm else f"{prediction['encode'] / 60:.0f} min encoding"
     search = f"{search_min:.0f} min of recipe search, " if search_min else ""
     total = prediction["total"] / 60 + search_min
+    order = "side by side" if min(job.side_by_side, job.seeds) > 1 and speed.step_1thread_s else "one after another"
     return (f"about {total:.0f} min ({search}{encode}, {prediction['train'] / 60:.0f} min training "
-            f"{job.seeds} seed(s) one after another, {prediction['evaluate'] / 60:.0f} min evaluating; start-up, "
+            f"{job.seeds} seed(s) {order}, {prediction['evaluate'] / 60:.0f} min evaluating; start-up, "
             f"BM25 and scoring not counted), from this machine's speed ({when}, {speed.precision}: passages {rates}; "
             f"a training step of {job.batch_size} queries {speed.step_s:.2f} s)")
 
@@ -34,6 +34,7 @@ def describe_estimate(prediction: dict[str, float], speed, job, warm: bool, sear
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m multipos.runs.plan", description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", default="42,43,44")
+    ap.add_argument("--parallel-jobs", type=int, default=1, help="seeds trained side by side (make train: one a seed)")
     ap.add_argument("--no-measure", action="store_true", help="print the plan without measuring this machine")
     args = ap.parse_args(argv)
 
@@ -50,11 +51,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.no_measure:
         return 0
+    from dataclasses import replace
+
     from multipos.config_resolvers import compose_train
     from multipos.hardware import native_bf16
     from multipos.runs.speed import job_from_config, measure, predict
 
-    job = job_from_config(compose_train(["experiment=default"]), seeds=seeds)
+    job = replace(job_from_config(compose_train(["experiment=default"]), seeds=seeds), side_by_side=args.parallel_jobs)
     speed = measure(job, bf16=native_bf16())
     cached = frozenset(c.name for c in job.corpora) if warm else frozenset()
     print(f"  expected wall time: {describe_estimate(predict(job, speed, cached), speed, job, warm)}")
