@@ -19,7 +19,9 @@ Two measurements, each on the device the script finds (meant for a GPU: ``make b
   throughput). The step's FLOP count is the corpus scores and the exact query gradient (2 × 2·B·N·H) plus the query
   encoder's forward and backward (6 × its non-embedding weights × B × 32 tokens); its limit is the larger of the read
   time and FLOPs / throughput, and ``step_vs_limit`` is the figure (docs/gpu.md). The chunked path's loss and
-  gradients equal the unchunked ones (``tests/training/test_corpus_candidates.py``, float64, 1e-6).
+  gradients equal the unchunked ones (``tests/training/test_corpus_candidates.py``, float64, 1e-6). The same step
+  with ``product="split"`` (the index never cast: :func:`multipos.training.corpus_candidates.split_product`) takes
+  turns with it: ``split_step_s``, ``split_vs_limit``, ``split_vs_cast`` (#68; its accuracy: ``tests/test_cuda.py``).
 
     python bench/bench_paper_scale.py [--passages 8841823] [--rounds 6] [--skip two_tower query_side]
 
@@ -136,16 +138,19 @@ def query_side(folder: str, device, bf16: bool, n: int, rounds: int, data, res: 
 
     inputs = [make(j) for j in range(rounds + 1)]
 
-    def step(x):
+    def step(x, product="cast"):
         qtexts, targets = x
         opt.zero_grad(set_to_none=True)
         with autocast_context(device, bf16):
             tokens = {k: v.to(device) for k, v in model.tokenize(qtexts, "query").items()}
             q = model.encode_queries(tokens)
-            scores, pos, neg = corpus_scores(q, index, model.temperature, targets, chunk)
+            scores, pos, neg = corpus_scores(q, index, model.temperature, targets, chunk, product=product)
             loss = compute("jointlh", scores, pos, neg).mean()
         loss.backward()
         opt.step()
+
+    def split_step(x):  # #68: the index never cast, queries split into bf16 halves (corpus_candidates.split_product)
+        step(x, "split")
 
     qb = torch.randn(B, H, generator=gen, device=device).to(torch.bfloat16)
     a = torch.randn(4096, H, generator=gen, device=device).to(torch.bfloat16)
@@ -158,7 +163,8 @@ def query_side(folder: str, device, bf16: bool, n: int, rounds: int, data, res: 
         return a @ b
 
     before = time.perf_counter()
-    t = interleaved({"query_side_corpus": step, "read": read, "matmul": matmul}, inputs, warmup=1, device=device)
+    t = interleaved({"query_side_corpus": step, "query_side_corpus_split": split_step, "read": read, "matmul": matmul},
+                    inputs, warmup=1, device=device)
     tflops = 2 * 4096 * H * 16384 / t["matmul"] / 1e12
     corpus_tflop = 2 * (2 * B * n * H) / 1e12
     encoder_tflop = 6 * encoder_weights * B * 32 / 1e12
@@ -176,6 +182,9 @@ def query_side(folder: str, device, bf16: bool, n: int, rounds: int, data, res: 
         "corpus_tflop": round(corpus_tflop, 3), "encoder_tflop": round(encoder_tflop, 3),
         "flop_limit_s": round(flop_limit, 5), "limit_s": round(limit, 5),
         "step_vs_limit": round(t["query_side_corpus"] / limit, 2),
+        "split_step_s": round(t["query_side_corpus_split"], 4),
+        "split_vs_limit": round(t["query_side_corpus_split"] / limit, 2),
+        "split_vs_cast": round(t["query_side_corpus_split"] / t["query_side_corpus"], 3),
         "wall_s": round(time.perf_counter() - before, 1),
     }
 

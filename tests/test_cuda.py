@@ -139,6 +139,33 @@ def test_full_corpus_reduction_on_cuda_with_a_bf16_index(name):
     assert float((q.grad - q_ref.grad).abs().max()) < 2e-2 * float(q_ref.grad.abs().max()), name
 
 
+@pytest.mark.parametrize("name", ["jointlh", "lsepair", "lsepair_maxn"])
+def test_the_split_product_on_a_bf16_index_equals_the_cast_one(name):
+    """#68: the chunk loop's ``product="split"`` (bf16 halves of the queries, float32 output, the index never cast)
+    gives the loss and gradients of ``cast`` within 1e-3 relative."""
+    from multipos.training.corpus_candidates import split_product, split_product_applies
+
+    gen = torch.Generator().manual_seed(2)
+    n, b = 20000, 8
+    index = F.normalize(torch.randn(n, 64, generator=gen), dim=-1).to(torch.bfloat16).to(CUDA)
+    assert split_product_applies(torch.zeros(1, 64, device=CUDA), index.T)
+    targets = corpus_targets([[f"d{i * 7 + j}" for j in range(3)] for i in range(b)], [set() for _ in range(b)],
+                             {f"d{i}": i for i in range(n)}).to(CUDA)
+    q0 = F.normalize(torch.randn(b, 64, generator=gen), dim=-1).to(CUDA)
+    summary = "max" if name == "lsepair_maxn" else "lse"
+    out = {}
+    for product in ("cast", "split"):
+        q = q0.clone().requires_grad_()
+        s, pos, neg = corpus_scores(q, index, 0.05, targets, chunk_size=4096, summary=summary, product=product)
+        loss = compute(name, s, pos, neg).sum()
+        out[product] = (float(loss), torch.autograd.grad(loss, q)[0])
+    (ref, ref_grad), (loss, grad) = out["cast"], out["split"]
+    assert abs(loss - ref) <= 1e-3 * abs(ref), name
+    assert float((grad - ref_grad).abs().max()) <= 1e-3 * float(ref_grad.abs().max()), name
+    a = torch.randn(16, 64, device=CUDA)
+    torch.testing.assert_close(split_product(a, index.T), a @ index.T.float(), rtol=1e-3, atol=1e-3)
+
+
 @pytest.mark.parametrize("extra", [
     ("data.source.negatives=dense", "loss=lsepair"),
     ("passages=frozen_index", "passages.candidates=corpus", "loss=jointlh", "module.grad_cache_chunk_size=1"),

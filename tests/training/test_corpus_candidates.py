@@ -17,6 +17,7 @@ from multipos.training.corpus_candidates import (
     full_corpus_scores,
     negative_summary,
     resolve_chunk_size,
+    split_product,
 )
 
 N, H = 103, 16
@@ -31,7 +32,7 @@ def _corpus(dtype):
     return torch.nn.functional.normalize(torch.randn(N, H, generator=g, dtype=dtype), dim=-1)
 
 
-def _loss_and_grad(name, q0, passages, chunk_size=None, tau=0.05):
+def _loss_and_grad(name, q0, passages, chunk_size=None, tau=0.05, product="cast"):
     positives = [p[:1] for p in POSITIVES] if name in SINGLE_POSITIVE else POSITIVES
     targets = corpus_targets(positives, JUDGED, ROW)
     q = q0.clone().requires_grad_()
@@ -39,7 +40,7 @@ def _loss_and_grad(name, q0, passages, chunk_size=None, tau=0.05):
         scores, pos, neg = full_corpus_scores(q, passages, tau, targets)
     else:
         summary = "max" if name in HARDEST_NEGATIVE else "lse"
-        scores, pos, neg = corpus_scores(q, passages, tau, targets, chunk_size, summary)
+        scores, pos, neg = corpus_scores(q, passages, tau, targets, chunk_size, summary, product)
     loss = compute(name, scores, pos, neg).mean()
     (grad,) = torch.autograd.grad(loss, q)
     return loss.detach(), grad
@@ -65,6 +66,30 @@ def test_chunked_equals_unchunked_in_float32_and_bf16_index(name):
         loss, grad = _loss_and_grad(name, q0, passages, 16)
         assert float(loss) == pytest.approx(float(ref_loss), rel=1e-5, abs=1e-5)
         torch.testing.assert_close(grad, ref_grad, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["jointlh", "lsepair", "lsepair_maxn"])
+def test_the_split_product_equals_the_cast_one_in_float64(name):
+    """#68: queries split into two halves of the index's dtype (float32 halves of float64 queries here) give today's
+    chunked loss and gradients; on a GPU the halves are bf16 and the index is never cast (tests/test_cuda.py)."""
+    passages = _corpus(torch.float64).to(torch.float32)
+    q0 = torch.randn(len(POSITIVES), H, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    ref_loss, ref_grad = _loss_and_grad(name, q0, passages, 16)
+    loss, grad = _loss_and_grad(name, q0, passages, 16, product="split")
+    assert abs(float(loss - ref_loss)) < 1e-6 and float((grad - ref_grad).abs().max()) < 1e-6
+    with pytest.raises(ValueError, match="unknown index product 'tf32'"):
+        _loss_and_grad(name, q0, passages, 16, product="tf32")
+
+
+def test_a_split_into_bf16_halves_keeps_about_16_bits_where_one_rounding_keeps_8():
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(64, 384, generator=g)
+    b = torch.nn.functional.normalize(torch.randn(3633, 384, generator=g), dim=-1).to(torch.bfloat16).T
+    exact = a.double() @ b.double()
+    split = (split_product(a, b).double() - exact).abs().max()
+    rounded = (a.to(torch.bfloat16).double() @ b.double() - exact).abs().max()
+    assert split < 0.01 * rounded and split < 2 ** -14 * exact.abs().max()  # 1.3e-5 against 7.8e-3
+    assert torch.equal(split_product(a, a.T), a @ a.T)  # one dtype: a plain product
 
 
 @pytest.mark.parametrize("name", ["jointlh", "lsepair_maxn"])

@@ -149,14 +149,52 @@ def _chunk_mask(judged: Tensor, lo: int, hi: int, shape: tuple[int, int], device
     return mask[:, :width]
 
 
+#: How the chunk loop multiplies the queries with a bf16 / fp16 index: ``cast`` (each chunk cast to float32, then one
+#: float32 matmul: exact; the training default) or ``split`` (:func:`split_product`, no cast of the index; #68, to be
+#: measured against ``cast`` on a GPU by ``bench/bench_paper_scale.py`` before it may become the default).
+PRODUCTS = ("cast", "split")
+
+
+def split_product_applies(a: Tensor, b: Tensor) -> bool:
+    """Whether :func:`split_product` of ``a`` with a low-precision ``b`` runs as matmuls in ``b``'s dtype with
+    float32 output (``torch.mm(..., out_dtype=torch.float32)``: CUDA, a float32 ``a``, a bf16 / fp16 ``b``)."""
+    return a.device.type == "cuda" and a.dtype == torch.float32 and b.dtype in (torch.bfloat16, torch.float16)
+
+
+def split_product(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b`` [M, N] for ``a`` [M, K] in a wide float dtype and ``b`` [K, N] stored narrower, in ``a``'s dtype,
+    without casting ``b`` where the device allows (:func:`split_product_applies`): ``a`` is split in two halves of
+    ``b``'s dtype, ``hi = a`` rounded to it and ``lo = a − hi`` rounded to it, and ``a @ b ≈ hi @ b + lo @ b`` (#68).
+    A product of two bf16 (or two float32) numbers is exact in the wider accumulator, so the error left is that of
+    ``a − hi − lo``: about 2⁻¹⁶ of ``a`` for bf16 halves (2⁻²² fp16, 2⁻⁴⁸ float32 halves of float64), where rounding
+    ``a`` to bf16 once leaves 2⁻⁸ (q·e / τ moved by up to about 0.05 at τ = 0.05, :func:`corpus_scores`).
+
+    Where no matmul with a wider output exists (a CPU, a float64 ``a``) the same two products run on ``b`` cast to
+    ``a``'s dtype: the same numbers, for the tests. Same dtypes: ``a @ b``.
+    """
+    if b.dtype == a.dtype:
+        return a @ b
+    hi = a.to(b.dtype)
+    lo = (a - hi.to(a.dtype)).to(b.dtype)
+    if split_product_applies(a, b):
+        return torch.mm(hi, b, out_dtype=a.dtype) + torch.mm(lo, b, out_dtype=a.dtype)
+    wide = b.to(a.dtype)
+    return hi.to(a.dtype) @ wide + lo.to(a.dtype) @ wide
+
+
+def _product(a: Tensor, b: Tensor, product: str) -> Tensor:
+    """``a @ b`` in ``a``'s dtype as :data:`PRODUCTS` names: ``cast`` (``b`` cast) or ``split``."""
+    return split_product(a, b) if product == "split" else a @ b.to(a.dtype)
+
+
 @torch.no_grad()
 def _stream_negatives(q: Tensor, passages: Tensor, temperature: float, judged: Tensor, chunk_size: int,
-                      summary: str) -> tuple[Tensor, Tensor]:
+                      summary: str, product: str = "cast") -> tuple[Tensor, Tensor]:
     """One pass over the corpus in chunks → (value [B], direction [B, H]) of the negatives' summary.
 
     ``lse``: value = log Σ_{n∈D−} exp(s_n), direction = Σ_n softmax_n e_n (online log-sum-exp with rescaling).
     ``max``: value = max_n s_n, direction = e_argmax. Rows without a negative: value ``_NEG``, direction 0.
-    Computed in ``q``'s dtype (float32 at least).
+    Computed in ``q``'s dtype (float32 at least); ``product`` (:data:`PRODUCTS`): how a narrower index is multiplied.
     """
     dtype = q.dtype
     b, n = q.shape[0], passages.shape[0]
@@ -165,21 +203,21 @@ def _stream_negatives(q: Tensor, passages: Tensor, temperature: float, judged: T
     direction = torch.zeros(b, passages.shape[1], dtype=dtype, device=q.device)
     for lo in range(0, n, chunk_size):
         hi = min(lo + chunk_size, n)
-        e = passages[lo:hi].to(dtype)
-        s = (q @ e.T) / temperature  # [B, C]
+        e = passages[lo:hi] if product == "split" else passages[lo:hi].to(dtype)
+        s = _product(q, e.T, product) / temperature  # [B, C]
         s = s.masked_fill(_chunk_mask(judged, lo, hi, s.shape, q.device), float("-inf"))
         c_max, c_arg = s.max(dim=1)
         if summary == "max":
             better = c_max > run_max
             run_max = torch.where(better, c_max, run_max)
-            direction = torch.where(better[:, None], e[c_arg], direction)
+            direction = torch.where(better[:, None], e[c_arg].to(dtype), direction)
             continue
         new_max = torch.maximum(run_max, c_max)
         safe = torch.where(torch.isfinite(new_max), new_max, torch.zeros_like(new_max))
         scale = torch.exp(run_max - safe)  # 0 where run_max is −inf
         w = torch.exp(s - safe[:, None])  # [B, C], 0 at excluded columns
         run_sum = run_sum * scale + w.sum(1)
-        direction = direction * scale[:, None] + w @ e
+        direction = direction * scale[:, None] + _product(w, e, product)
         run_max = new_max
     empty = ~torch.isfinite(run_max)
     if summary == "max":
@@ -191,7 +229,7 @@ def _stream_negatives(q: Tensor, passages: Tensor, temperature: float, judged: T
 
 
 def negative_summary(q: Tensor, passages: Tensor, temperature: float, judged: Tensor, chunk_size: int,
-                     summary: str = "lse") -> Tensor:
+                     summary: str = "lse", product: str = "cast") -> Tensor:
     """The negatives of each query summarised in one differentiable score [B] (module docstring).
 
     Args:
@@ -201,24 +239,28 @@ def negative_summary(q: Tensor, passages: Tensor, temperature: float, judged: Te
         judged: [K, 2] (query row, corpus row) pairs that are not negatives (:class:`CorpusTargets`).
         chunk_size: corpus rows scored at a time (memory O(B × chunk_size)).
         summary: ``lse`` (log Σ_{n∈D−} exp s_n) or ``max`` (max_n s_n).
+        product: how the chunks of a narrower index are multiplied (:data:`PRODUCTS`; ``cast``, exact, or ``split``).
 
     Returns [B] in ``q``'s dtype (at least float32): the exact value, and the exact gradient with respect to ``q``
     (softmax-weighted mean of the negatives / τ for ``lse``, the hardest negative / τ for ``max``).
 
-    Raises ValueError for an unknown ``summary`` or ``chunk_size`` < 1.
+    Raises ValueError for an unknown ``summary`` or ``product``, or ``chunk_size`` < 1.
     """
+    if product not in PRODUCTS:
+        raise ValueError(f"unknown index product {product!r}; allowed: {', '.join(PRODUCTS)}")
     if summary not in SUMMARIES:
         raise ValueError(f"unknown negative summary {summary!r}; allowed: {', '.join(SUMMARIES)}")
     if int(chunk_size) < 1:
         raise ValueError(f"passages.chunk_size must be >= 1, got {chunk_size}")
     qc = q.to(torch.promote_types(q.dtype, torch.float32))
-    value, direction = _stream_negatives(qc.detach(), passages, temperature, judged, int(chunk_size), summary)
+    value, direction = _stream_negatives(qc.detach(), passages, temperature, judged, int(chunk_size), summary,
+                                         product)
     linear = (qc * direction).sum(-1) / temperature  # gradient direction/τ; its value is replaced by ``value``
     return value + linear - linear.detach()
 
 
 def corpus_scores(q: Tensor, passages: Tensor, temperature: float, targets: CorpusTargets, chunk_size: int,
-                  summary: str = "lse") -> tuple[Tensor, Tensor, Tensor]:
+                  summary: str = "lse", product: str = "cast") -> tuple[Tensor, Tensor, Tensor]:
     """The exact reduced problem of the whole corpus → (scores [B, P + 1], positive_mask, negative_mask).
 
     Columns 0..P−1 are each query's positives (q·e_p / τ, with gradient; padding columns are in neither mask),
@@ -235,7 +277,7 @@ def corpus_scores(q: Tensor, passages: Tensor, temperature: float, targets: Corp
         qc = q.to(torch.promote_types(q.dtype, torch.float32))
         pos_emb = passages[targets.positive_rows].to(qc.dtype)  # [B, P, H]
         pos = torch.einsum("bh,bph->bp", qc, pos_emb) / temperature
-        neg = negative_summary(qc, passages, temperature, targets.judged, chunk_size, summary)
+        neg = negative_summary(qc, passages, temperature, targets.judged, chunk_size, summary, product)
         scores = torch.cat([pos, neg[:, None]], dim=1)
     b, p = targets.positive_valid.shape
     positive_mask = torch.cat([targets.positive_valid, torch.zeros(b, 1, dtype=torch.bool, device=q.device)], dim=1)
