@@ -28,7 +28,7 @@ from multipos.atomic import read_json
 from multipos.report.render import read_spec
 from multipos.report.tables import parse_column
 from multipos.runs.find import sweep_runs
-from multipos.runs.folder import ACCEPTED_HYDRA_DIR, HYDRA_DIR
+from multipos.runs.folder import HYDRA_DIR, hydra_file
 
 __all__ = ["export_sweep", "reported_metrics", "main"]
 
@@ -40,13 +40,10 @@ LEGACY_FILES = (".hydra/hydra.yaml",)
 
 
 def _source(run: Path, name: str) -> Path:
-    """The file ``name`` of ``run`` to copy: a Hydra file from ``.hydra.accepted/`` when the folder kept one (Hydra
-    rewrites ``.hydra/`` before a job that may then refuse the folder), else ``run / name``."""
-    if name.startswith(HYDRA_DIR + "/"):
-        accepted = run / ACCEPTED_HYDRA_DIR / name.split("/", 1)[1]
-        if accepted.is_file():
-            return accepted
-    return run / name
+    """The file ``name`` of ``run`` to copy: a Hydra file as :func:`multipos.runs.folder.hydra_file` finds it (the
+    accepted copy first: Hydra rewrites ``.hydra/`` before a job that may then refuse the folder), else
+    ``run / name``."""
+    return hydra_file(run, name.split("/", 1)[1]) if name.startswith(HYDRA_DIR + "/") else run / name
 
 
 def reported_metrics(spec: Mapping) -> dict[str, set[str]]:

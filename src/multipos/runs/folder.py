@@ -43,8 +43,9 @@ class RunFolder:
     keep_checkpoints: bool = True
     experiment: str | None = None
 
-__all__ = ["RUN_INFO", "METRICS", "RunFolder", "read_json", "read_run_info", "write_run_info", "keep_hydra_files",
-           "restore_hydra_files", "is_finished", "prepare_run_dir", "remove_checkpoints", "model_folder"]
+__all__ = ["RUN_INFO", "METRICS", "RunFolder", "read_json", "read_run_info", "write_run_info", "hydra_file",
+           "keep_hydra_files", "restore_hydra_files", "is_finished", "prepare_run_dir", "remove_checkpoints",
+           "model_folder"]
 
 RUN_INFO = "run_info.json"
 METRICS = "metrics.json"
@@ -75,6 +76,13 @@ def write_run_info(run_dir: str | Path, info: dict) -> None:
 #: Hydra's files of a run (``.hydra/``) and the copy kept of those of the configuration the folder accepted.
 HYDRA_DIR, ACCEPTED_HYDRA_DIR = ".hydra", ".hydra.accepted"
 HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")
+
+
+def hydra_file(run_dir: str | Path, name: str) -> Path:
+    """The run's Hydra file ``name`` (one of :data:`HYDRA_FILES`): the copy in ``.hydra.accepted/`` when the folder
+    kept one (:func:`keep_hydra_files`: the configuration that ran there), else the one in ``.hydra/``."""
+    accepted = Path(run_dir) / ACCEPTED_HYDRA_DIR / name
+    return accepted if accepted.is_file() else Path(run_dir) / HYDRA_DIR / name
 
 
 def keep_hydra_files(run_dir: str | Path) -> None:

@@ -26,7 +26,7 @@ from typing import Iterator
 
 from omegaconf import OmegaConf
 
-from multipos.runs.folder import read_run_info, write_run_info
+from multipos.runs.folder import hydra_file, read_run_info, write_run_info
 from multipos.runs.spec import SPEC_FILE, SPEC_VERSION, RunSpec, spec_from_plain
 
 log = logging.getLogger(__name__)
@@ -111,8 +111,7 @@ def _resolving_as(machine: tuple[str, bool, int], run_dir: Path) -> Iterator[Non
 def _config_file(run_dir: Path) -> Path:
     """The run's own config: ``.hydra.accepted/`` (the copy a folder keeps of the job that ran it), else
     ``.hydra/``."""
-    accepted = run_dir / ".hydra.accepted" / "config.yaml"
-    return accepted if accepted.is_file() else run_dir / ".hydra" / "config.yaml"
+    return hydra_file(run_dir, "config.yaml")
 
 
 def _sources(info: dict) -> list[Path]:

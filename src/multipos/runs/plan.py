@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from multipos.assets import assets_dir, built_assets_dir, cache_dir
+from multipos.runs.speed import runs_at_once
 
 __all__ = ["describe_estimate", "main"]
 
@@ -24,7 +25,7 @@ def describe_estimate(prediction: dict[str, float], speed, job, warm: bool, sear
     encode = "corpora cached: none encoded" if warm else f"{prediction['encode'] / 60:.0f} min encoding"
     search = f"{search_min:.0f} min of recipe search, " if search_min else ""
     total = prediction["total"] / 60 + search_min
-    order = "side by side" if min(job.side_by_side, job.seeds) > 1 and speed.step_1thread_s else "one after another"
+    order = "side by side" if runs_at_once(job, speed) > 1 else "one after another"
     return (f"about {total:.0f} min ({search}{encode}, {prediction['train'] / 60:.0f} min training "
             f"{job.seeds} seed(s) {order}, {prediction['evaluate'] / 60:.0f} min evaluating; start-up, "
             f"BM25 and scoring not counted), from this machine's speed ({when}, {speed.precision}: passages {rates}; "

@@ -24,7 +24,7 @@ from pathlib import Path
 from multipos import atomic
 from multipos.assets import cache_dir
 
-__all__ = ["Corpus", "Job", "Speed", "corpus_rate", "measure", "predict", "job_from_config"]
+__all__ = ["Corpus", "Job", "Speed", "corpus_rate", "measure", "runs_at_once", "predict", "job_from_config"]
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +203,12 @@ def measure(job: Job, bf16: bool, sample: int = 128, steps: int = 3, use_cache: 
     return speed
 
 
+def runs_at_once(job: Job, speed: Speed) -> int:
+    """Seeds the estimate trains at once: ``job.side_by_side`` (at most the seeds) where ``speed`` has a one-thread
+    step to time them with, else 1 (one after another)."""
+    return min(job.side_by_side, job.seeds) if speed.step_1thread_s else 1
+
+
 def predict(job: Job, speed: Speed, cached_corpora: frozenset[str] = frozenset()) -> dict[str, float]:
     """The job's wall time in seconds from ``speed``: ``{"encode", "train", "evaluate", "total"}``.
 
@@ -214,8 +220,8 @@ def predict(job: Job, speed: Speed, cached_corpora: frozenset[str] = frozenset()
     """
     encode_s = sum(len(c.texts) / speed.passages_per_s[c.name] for c in job.corpora if c.name not in cached_corpora)
     per_seed = job.epochs * max(1, math.ceil(job.train_queries / job.batch_size))
-    k = min(job.side_by_side, job.seeds)
-    if k > 1 and speed.step_1thread_s:
+    k = runs_at_once(job, speed)
+    if k > 1:
         train_s = math.ceil(job.seeds / k) * per_seed * speed.step_1thread_s * max(1.0, k / max(1, speed.cores))
     else:
         train_s = job.seeds * per_seed * speed.step_s
