@@ -52,7 +52,7 @@ else
 endif
 
 ## One study of the paper: make study NAME=table2_homogeneous [ARGS="scale=paper seed=42,43,44"], then make render NAME=...
-## An evaluation-only study (job: evaluate: table3_ood, the WiSE-FT curves) runs through evaluate.py (ARGS="size=paper").
+## An evaluation-only study (job: evaluate: table3_ood, the WiSE-FT curves) runs through evaluate.py (ARGS="scale=paper").
 JOB_OF = $(if $(shell grep -qx 'job: evaluate' conf/experiment/$(1).yaml && echo y),evaluate.py,train.py)
 study: install
 	$(BIN)/python $(call JOB_OF,$(NAME)) -m experiment=$(NAME) $(ARGS)
@@ -65,9 +65,8 @@ QUERY_SIDE_STUDIES = table2_homogeneous table3_ood table4_heterogeneous table5_c
 	table7_budget table8_first_vs_random_m table9_recontriever figure_ratio_ablation
 studies-query-side: install
 	set -e; for s in $(QUERY_SIDE_STUDIES); do \
-	  if grep -qx 'job: evaluate' conf/experiment/$$s.yaml; then job=evaluate.py; size=size.suffix=-query_side; \
-	  else job=train.py; size=scale=cpu_query_side; fi; \
-	  $(BIN)/python $$job -m experiment=$$s $$size seed=42,43,44,45,46 parallel_jobs=2 $(ARGS); \
+	  if grep -qx 'job: evaluate' conf/experiment/$$s.yaml; then job=evaluate.py; else job=train.py; fi; \
+	  $(BIN)/python $$job -m experiment=$$s scale=cpu_query_side seed=42,43,44,45,46 parallel_jobs=2 $(ARGS); \
 	  $(BIN)/python -m multipos.report.render multirun/$$s-cpu-query_side; done
 	$(BIN)/python train.py -m experiment=candidate_set parallel_jobs=2 $(ARGS)
 	$(BIN)/python -m multipos.report.render multirun/candidate_set-cpu-query_side

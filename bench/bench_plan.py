@@ -6,7 +6,8 @@ Both commands print a plan with an estimate before they start (:mod:`multipos.ru
 environment linked, not reinstalled), runs the command there with an empty cache (so every corpus is encoded, as on a
 fresh machine), reads the estimate the command printed ("expected wall time: about N min") and times the whole
 command. One JSON line per command in ``bench/results/plan_vs_actual.jsonl``: the command, predicted and actual
-minutes, their ratio, the precision, the machine (``bench/common.py``), and the printed summary line of the main job.
+minutes, their ratio, the precision, the machine (``bench/common.py``), and the closing summary the command printed
+(each test set's nDCG@10 over the seeds).
 With ``--data`` the line also holds the recipe search (trials finished and pruned, the chosen recipe and its dev
 nDCG@10, from the command's ``search/trials.json`` and ``recipe.json``) and its test summary (``summary.txt``), and
 ``bench/results/recipe_search.md`` is rendered from every such line: pruned against unpruned searches per budget.
@@ -42,6 +43,21 @@ def predicted_minutes(output: str) -> float | None:
     """The minutes of the first ``expected wall time: about N min`` line in ``output`` (None when none is printed)."""
     match = ESTIMATE.search(output)
     return float(match.group(1)) if match else None
+
+
+def summary_block(output: str) -> list[str]:
+    """The closing summary the command printed (:func:`multipos.report.summary.format_summary`): its last
+    ``mean ± sd over seeds`` header and the indented line of each test set after it (``[]`` when none was printed)."""
+    lines = output.splitlines()
+    starts = [i for i, line in enumerate(lines) if "mean ± sd over seeds" in line]
+    if not starts:
+        return []
+    block = [lines[starts[-1]]]
+    for line in lines[starts[-1] + 1:]:
+        if not line.startswith("  "):
+            break
+        block.append(line.strip())
+    return block
 
 
 def run_make(clone: Path, make_args: list[str], env: dict, log: Path) -> tuple[float, str, int]:
@@ -147,7 +163,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.log:
         args.log.write_text(output)
     predicted = predicted_minutes(output)
-    summary = [line for line in output.splitlines() if "ndcg@10" in line.lower()][-3:]
+    summary = summary_block(output)
     res = {"bench": "plan_vs_actual", **machine_info(), "command": "make train " + " ".join(recorded),
            "bf16_env": os.environ.get("MULTIPOS_BF16"), "exit_status": status, "predicted_min": predicted,
            "actual_min": round(wall / 60, 2),

@@ -4,7 +4,7 @@ between two tables is not a difference.
 Trains the same Table 2 query-side cells (``experiment=table2_homogeneous scale=cpu_query_side``; default SingleLH,
 JointLH, LSEPair × seeds 42, 43) twice on this machine, with the frozen index and the evaluation encoded in fp32
 (``MULTIPOS_BF16=0``) and in bf16 (``MULTIPOS_BF16=1``, where the CPU has native bf16; the query encoder trains in
-fp32 in both, ``size.query_side_precision``), two runs side by side. It then compares each cell's NFCorpus test
+fp32 in both, ``scale.query_side_precision``), two runs side by side. It then compares each cell's NFCorpus test
 nDCG@10 across the two precisions, and each against the same cell (objective, seed) of the archived Table 2
 query-side sweep in ``experiments/sweeps/cpu-query_side-table2-table8-figure-2026-11-26/`` (trained on an AMD
 EPYC, bf16 encoding), whose CPU and precision it reads from the runs. Appends one JSON line to

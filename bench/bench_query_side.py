@@ -69,7 +69,7 @@ def main() -> None:
                     help="queries per batch of the packing comparisons: group candidates at the first, "
                          "corpus at the second")
     ap.add_argument("--fp32", action="store_true",
-                    help="no bf16 autocast (the query-side studies' CPU precision, size.query_side_precision)")
+                    help="no bf16 autocast (the query-side studies' CPU precision, scale.query_side_precision)")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     device, bf16, data = bench_setup()

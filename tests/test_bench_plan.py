@@ -55,3 +55,18 @@ def test_a_recipe_search_is_read_back_and_rendered_pruned_apart(tmp_path):
     assert len(rows) == 2
     assert "| on | 3 | 1 | loss=singlelh, trainer.max_epochs=1 | 0.3300 | 0.3500 ± 0.0010 |" in rows[0]
     assert "| off |" in rows[1]
+
+
+def test_the_line_keeps_the_main_jobs_closing_summary():
+    """Each test set's line of the summary ``make train`` ends with (multipos.report.summary), not the log lines
+    that merely name the metric."""
+    from multipos.report.summary import format_summary
+
+    rows = [{"set": s, "n_seeds": 2, "seeds": {42: v, 43: v + 0.002}, "mean": v + 0.001, "sd": 0.0014,
+             "zero_shot": None, "bm25": None} for s, v in (("nfcorpus_test", 0.358), ("trec_dl19", 0.61))]
+    output = "\n".join(["[INFO] - trec_dl20: {\"ndcg@10\": 0.6055}", format_summary(rows), "make: leaving directory"])
+    block = _bench().summary_block(output)
+    assert block[0].startswith("ndcg@10, mean ± sd over seeds")
+    assert block[1:] == ["nfcorpus_test    0.3590 ± 0.0014 over 2 seeds (42: 0.3580, 43: 0.3600)",
+                         "trec_dl19        0.6110 ± 0.0014 over 2 seeds (42: 0.6100, 43: 0.6120)"]
+    assert _bench().summary_block("no summary") == []

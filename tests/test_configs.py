@@ -92,14 +92,13 @@ def test_every_experiment_cell_composes_and_plans(experiment, scale):
     cells = sweep_cells(experiment, seeds_once=True)
     assert cells, f"{experiment}: no sweep"
     evaluates = experiment in EVAL_EXPERIMENTS
-    size = f"size={scale}" if evaluates else f"scale={scale}"
     for cell in cells if scale == "cpu" else cells[:1]:  # the paper scale changes no sweep axis
-        cfg = compose_cfg(job_config(experiment), [f"experiment={experiment}", size, "paths.output_dir=out", *cell,
-                                                   *EXPERIMENT_NEEDS.get(experiment, [])])
+        cfg = compose_cfg(job_config(experiment), [f"experiment={experiment}", f"scale={scale}", "paths.output_dir=out",
+                                                   *cell, *EXPERIMENT_NEEDS.get(experiment, [])])
         resolved = OmegaConf.to_container(cfg, resolve=True)
         assert resolved["experiment_name"] == experiment
         assert resolved["report"]["name"] == experiment and resolved["report"]["columns"]
-        assert resolved["size"]["name"] == scale
+        assert resolved["scale"]["name"] == scale
         if evaluates:  # evaluates another study's models, trains nothing
             assert resolved["job"] == "evaluate" and resolved["init_from"].endswith("/model")
             assert run_spec(cfg).stages == [] and run_spec(cfg).seed is None
@@ -153,7 +152,7 @@ def test_paper_scale_settings():
     assert cfg.data.passage_max_length == cfg.model.passage_max_length == cfg.eval.passage_max_length == 128
     assert (cfg.model.normalize, cfg.model.temperature, cfg.module.warmup_ratio) == (False, 1.0, 0.1)
     assert cfg.module.optimizer.weight_decay == 0.0
-    assert compose_cfg("evaluate", ["experiment=table3_ood", "size=paper"]).eval.passage_max_length == 128
+    assert compose_cfg("evaluate", ["experiment=table3_ood", "scale=paper"]).eval.passage_max_length == 128
     cur = compose_cfg("train", ["experiment=table5_curriculum", "scale=paper"])
     assert [s.epochs for s in plan(cur.stages)] == [3, 1]
 
@@ -179,15 +178,15 @@ def test_tokenization_runs_in_dataloader_workers_only_on_a_gpu(monkeypatch):
 
 
 def test_table3_evaluates_the_table2_model_of_the_same_cell():
-    """Each Table 3 cell (evaluate.py) evaluates the Table 2 model of its objective and seed, at either size and either
-    side (size.suffix=-query_side: the query-side models), on out-of-domain sets only; the zero-shot row is the
+    """Each Table 3 cell (evaluate.py) evaluates the Table 2 model of its objective and seed, at either scale and either
+    side (scale=cpu_query_side: the query-side models), on out-of-domain sets only; the zero-shot row is the
     encoder Table 2 started from."""
     for scale, suffix in (("cpu", ""), ("cpu", "-query_side"), ("paper", "")):
-        table2 = ["scale=" + scale + ("_query_side" if suffix else "")]
+        variant = ["scale=" + scale + ("_query_side" if suffix else "")]
         for cell in sweep_cells("table3_ood"):
             trained = [o.replace("objective=", "loss=") for o in cell]
-            t2 = compose_cfg("train", ["experiment=table2_homogeneous", *table2, *trained], return_hydra_config=True)
-            t3 = compose_cfg("evaluate", ["experiment=table3_ood", f"size={scale}", f"size.suffix={suffix}", *cell],
+            t2 = compose_cfg("train", ["experiment=table2_homogeneous", *variant, *trained], return_hydra_config=True)
+            t3 = compose_cfg("evaluate", ["experiment=table3_ood", *variant, *cell],
                              return_hydra_config=True)
             assert t3.init_from == f"{t2.hydra.sweep.dir}/{t2.hydra.job.override_dirname}/model"
             assert t3.eval.validation is None and t3.eval.references
@@ -267,13 +266,13 @@ def test_the_base_config_is_the_main_job_and_an_override_changes_only_what_it_na
 
 
 def test_the_query_side_gpu_variant_sweeps_beside_the_cpu_query_side_study():
-    """``scale=cpu_query_side ++size.suffix=-query_side-gpu`` (bench/gpu/call_studies.sh with FINE_TUNING=query_side):
+    """``scale=cpu_query_side ++scale.suffix=-query_side-gpu`` (bench/gpu/call_studies.sh with FINE_TUNING=query_side):
     multirun/<study>-cpu-query_side-gpu, the CPU query-side run names, another config hash."""
     from multipos.runs.spec import run_key
 
     cell = ["loss=jointlh", "seed=45"]
     qs = ["scale=cpu_query_side"]
-    gpu = ["trainer=gpu", "++size.suffix=-query_side-gpu"]
+    gpu = ["trainer=gpu", "++scale.suffix=-query_side-gpu"]
     cpu_cfg = compose_cfg("train", ["experiment=table4_heterogeneous", *qs, *cell], return_hydra_config=True)
     gpu_cfg = compose_cfg("train", ["experiment=table4_heterogeneous", *qs, *gpu, *cell], return_hydra_config=True)
     assert cpu_cfg.hydra.sweep.dir.endswith("table4_heterogeneous-cpu-query_side")

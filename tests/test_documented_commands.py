@@ -36,7 +36,7 @@ COMMAND = re.compile(r"^(?:[A-Z][A-Z0-9_]*=\S+\s+)*(?:python3?\s+(?:train\.py|ev
 PROSE_AFTER = re.compile(r"\s{2,}|\s\(|\)|;\s|;$|\.\s")
 #: A valid choice for each config group a placeholder (``<...>``) stands for.
 GROUP_CHOICE = {"eval": "nfcorpus_test", "experiment": "table2_homogeneous", "loss": "lsepair", "data": "nfcorpus",
-                "model": "minilm", "scale": "cpu", "size": "cpu", "regime": "homogeneous", "trainer": "default",
+                "model": "minilm", "scale": "cpu", "regime": "homogeneous", "trainer": "default",
                 "passages": "frozen_index", "prompts": "none", "recipe": "top1", "logger": "csv"}
 #: A valid value for keys whose placeholder must be a known name, not any word.
 VALUE_CHOICE = {"NAME": "table2_homogeneous", "SCALE": "cpu", "data_path": "/data/prepared", "eval.paths": "[a,b]"}

@@ -6,8 +6,9 @@ the 14 BEIR zips), and the hub repositories the training data come from (Zhang e
 Tevatron's MS MARCO groups) by a fake hub endpoint (:class:`tests.assets.fake_hub.FakeHub`, ``HF_ENDPOINT``).
 Nothing is fetched beforehand: the jobs build each asset on first use. The commands are the documented ones
 (docs/paper-scale.md) with ``scale=paper``; only the encoder is the tiny BERT of the fixtures and the trainer the CPU
-one (``size=paper_dryrun``, ``trainer=cpu_fp32``, set in a config folder the test adds to Hydra's search path, so no
-cell name changes). The scale's own recipe stays: G=8, M=4, batch 128, 3 epochs, lr 3e-5.
+one (``scale=paper_dryrun``: the paper scale with that encoder; ``trainer=cpu_fp32``; set in a config folder the test
+adds to Hydra's search path, so no cell name changes). The scale's own recipe stays: G=8, M=4, batch 128,
+3 epochs, lr 3e-5.
 """
 
 from __future__ import annotations
@@ -62,10 +63,10 @@ def _hub_files() -> tuple[dict[str, bytes], dict[str, bytes]]:
 
 
 def _dry_run_configs(folder: Path, tiny_bert: Path) -> None:
-    """``size=paper_dryrun``: the paper size with the tiny encoder; its out-of-domain sets are the paper's."""
-    (folder / "size").mkdir(parents=True)
+    """``scale=paper_dryrun``: the paper scale with the tiny encoder; its out-of-domain sets are the paper's."""
+    (folder / "scale").mkdir(parents=True)
     (folder / "eval").mkdir()
-    (folder / "size" / "paper_dryrun.yaml").write_text(f"""# @package _global_
+    (folder / "scale" / "paper_dryrun.yaml").write_text(f"""# @package _global_
 defaults:
   - paper
   - _self_
@@ -104,17 +105,17 @@ def test_the_paper_setting_runs_end_to_end_from_published_layouts(tiny_bert, tmp
         env = {**os.environ, "MULTIPOS_ASSETS": str(tmp_path / "assets"), "MULTIPOS_CACHE": str(tmp_path / "cache"),
                "MULTIPOS_MIRROR": serve(tmp_path / "mirror"), "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0",
                "MULTIPOS_DOWNLOAD_RETRIES": "0", "PYTHONPATH": str(REPO), "WANDB_MODE": "offline"}
-        common = ["scale=paper", "size=paper_dryrun", "trainer=cpu_fp32", search, "trainer.enable_progress_bar=false"]
+        common = ["scale=paper_dryrun", "trainer=cpu_fp32", search, "trainer.enable_progress_bar=false"]
         # Table 4's cell (two-tower JointLH, heterogeneous) and Table 2's (homogeneous), as docs/paper-scale.md says
         for study in ("table4_heterogeneous", "table2_homogeneous"):
             _run([str(REPO / "train.py"), "-m", f"experiment={study}", *common, "hydra.sweeper.params.loss=jointlh"],
                  tmp_path, env, pins)
         # Table 3: Table 2's model on the 14 BEIR sets
-        _run([str(REPO / "evaluate.py"), "-m", "experiment=table3_ood", "size=paper_dryrun", search,
+        _run([str(REPO / "evaluate.py"), "-m", "experiment=table3_ood", "scale=paper_dryrun", search,
               "hydra.sweeper.params.objective=jointlh"], tmp_path, env, pins)
         # NQ test (Acc@20 by answer match over DPR's passages) of the Table 4 model
         cell = tmp_path / "multirun" / "table4_heterogeneous-paper" / "loss=jointlh,seed=42"
-        _run([str(REPO / "evaluate.py"), "size=paper_dryrun", search, "eval=nq_test", f"init_from='{cell / 'model'}'",
+        _run([str(REPO / "evaluate.py"), "scale=paper_dryrun", search, "eval=nq_test", f"init_from='{cell / 'model'}'",
               f"paths.output_dir={tmp_path / 'nq'}"], tmp_path, env, pins)
     out = tmp_path / "results"
     for study in ("table4_heterogeneous", "table2_homogeneous", "table3_ood"):  # python -m multipos.report.render

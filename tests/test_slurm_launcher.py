@@ -1,6 +1,6 @@
 """``hydra/launcher=slurm`` (conf/hydra/launcher/slurm.yaml): a job's time limit, signal and requeueing come from the
-size (``size.slurm``, conf/size/paper.yaml), Lightning's own SLURM requeueing is off, and a job that submitit requeues
-resumes into the metrics of an uninterrupted one."""
+scale (``scale.slurm``, conf/scale/paper.yaml), Lightning's own SLURM requeueing is off, and a job that submitit
+requeues resumes into the metrics of an uninterrupted one."""
 
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ from tests.helpers import REPO, compose_cfg, tiny_overrides
 SLURM_TARGET = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
 
 
-def test_paper_scale_jobs_get_the_sizes_time_limit_and_requeueing():
+def test_paper_scale_jobs_get_the_scales_time_limit_and_requeueing():
     for scale in ("paper", "paper_query_side"):
         cfg = compose_cfg("train", ["experiment=base", f"scale={scale}", "hydra/launcher=slurm"],
                           return_hydra_config=True)
-        launcher, slurm = cfg.hydra.launcher, cfg.size.slurm
+        launcher, slurm = cfg.hydra.launcher, cfg.scale.slurm
         assert launcher._target_ == SLURM_TARGET
         assert launcher.timeout_min == slurm.timeout_min == 180  # not Hydra's 60
         assert launcher.signal_delay_s == slurm.signal_delay_s
@@ -36,28 +36,28 @@ def test_paper_scale_jobs_get_the_sizes_time_limit_and_requeueing():
                                 "trainer.devices=4", "trainer.num_nodes=2", "data.batch_size=16"],
                       return_hydra_config=True)
     assert (ddp.hydra.launcher.nodes, ddp.hydra.launcher.tasks_per_node, ddp.hydra.launcher.gpus_per_node) == (2, 4, 4)
-    ev = compose_cfg("evaluate", ["experiment=table3_ood", "size=paper", "hydra/launcher=slurm"],
+    ev = compose_cfg("evaluate", ["experiment=table3_ood", "scale=paper", "hydra/launcher=slurm"],
                      return_hydra_config=True)  # evaluate.py: no trainer node
     assert (ev.hydra.launcher.timeout_min, ev.hydra.launcher.tasks_per_node, ev.hydra.launcher.gpus_per_node) == (
         180, 1, 1)
 
 
 def test_the_time_limit_covers_a_run_at_the_measured_step_times():
-    """``size.slurm.timeout_min`` leaves twice the hours of one run: the epochs at the measured hours an epoch
+    """``scale.slurm.timeout_min`` leaves twice the hours of one run: the epochs at the measured hours an epoch
     (the slower of two-tower and query-side) plus the 0.5 h its comment estimates for encoding the collection."""
     bench = json.loads((REPO / "bench/results/gpu/2026-11-25-h100-paper_scale.jsonl").read_text().splitlines()[-1])
     epoch_h = max(bench["two_tower"]["hours_per_msmarco_epoch_400k"],
                   bench["query_side_corpus"]["hours_per_msmarco_epoch_400k"])
     cfg = compose_cfg("train", ["experiment=base", "scale=paper"])
     run_h = cfg.trainer.max_epochs * epoch_h + 0.5
-    assert 2 * run_h * 60 <= cfg.size.slurm.timeout_min < 3 * run_h * 60
+    assert 2 * run_h * 60 <= cfg.scale.slurm.timeout_min < 3 * run_h * 60
 
 
 def test_cpu_scale_is_unaffected():
     """The CPU scale has no cluster recipe: its default launcher is still joblib, and with hydra/launcher=slurm it
-    gets Hydra's defaults. Neither the launcher nor the size's SLURM settings change any run's key."""
+    gets Hydra's defaults. Neither the launcher nor the scale's SLURM settings change any run's key."""
     plain = compose_cfg("train", ["experiment=table2_homogeneous"], return_hydra_config=True)
-    assert "JoblibLauncher" in plain.hydra.launcher._target_ and "slurm" not in plain.size
+    assert "JoblibLauncher" in plain.hydra.launcher._target_ and "slurm" not in plain.scale
     assert plain.callbacks.model_checkpoint.every_n_train_steps is None
     slurm = compose_cfg("train", ["experiment=table2_homogeneous", "hydra/launcher=slurm"], return_hydra_config=True)
     launcher = slurm.hydra.launcher
@@ -67,7 +67,7 @@ def test_cpu_scale_is_unaffected():
     paper = compose_cfg("train", ["experiment=table2_homogeneous", "scale=paper"])
     key = run_key(paper)
     with open_dict(paper):
-        del paper.size["slurm"]
+        del paper.scale["slurm"]
         paper.callbacks.model_checkpoint.every_n_train_steps = None
     assert run_key(paper) == key
 

@@ -17,8 +17,8 @@ from tests.helpers import compose_cfg
 from tests.test_configs import EXPERIMENT_NEEDS, EXPERIMENTS, job_config, sweep_cells
 
 FIXTURE = Path(__file__).parent / "fixtures" / "study_cells.json"
-#: Each study as it is and query-side: train.py's scale, evaluate.py's size suffix (the query-side models).
-VARIANTS = {"train": ([], ["scale=cpu_query_side"]), "evaluate": ([], ["size.suffix=-query_side"])}
+#: Each study as it is and query-side (an evaluation-only study: the query-side models, the same ``scale``).
+VARIANTS = ([], ["scale=cpu_query_side"])
 
 
 def study_cells(experiment: str) -> dict[str, list[str]]:
@@ -26,7 +26,7 @@ def study_cells(experiment: str) -> dict[str, list[str]]:
     fp32 (``MULTIPOS_BF16=0``: a key does not depend on this machine's bf16)."""
     out = {}
     job = job_config(experiment)
-    for variant in VARIANTS[job]:
+    for variant in VARIANTS:
         for cell in sweep_cells(experiment, seeds_once=True):
             overrides = [f"experiment={experiment}", *variant, *cell, *EXPERIMENT_NEEDS.get(experiment, [])]
             cfg = compose_cfg(job, [*overrides, "paths.output_dir=out"])

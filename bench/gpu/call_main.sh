@@ -14,7 +14,7 @@
 R=/tmp/results/main; mkdir -p $R
 if [ "${TRAIN_S:-300}" != 0 ]; then  # TRAIN_S=0: the benches alone
   t0=$(date +%s)
-  timeout ${TRAIN_S:-300} python3 train.py -m experiment=default seed=42,43,44 trainer=gpu ++size.suffix=-gpu \
+  timeout ${TRAIN_S:-300} python3 train.py -m experiment=default seed=42,43,44 trainer=gpu ++scale.suffix=-gpu \
     trainer.enable_progress_bar=false > $R/train.log 2>&1; echo "main job rc=$? $(( $(date +%s) - t0 )) s" | tee -a $R/times.txt
   python3 -m multipos.report.summary multirun/default-cpu-gpu > $R/summary.txt 2>&1
 fi

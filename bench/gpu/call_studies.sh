@@ -8,10 +8,10 @@
 # query-side five-seed study, the candidate set and the figure included, has run on the CPU: 2026-11-25).
 . bench/gpu/setup.sh || exit 3
 if [ "${FINE_TUNING:-}" = query_side ]; then
-  SEEDS="42 43 44 45 46"; VARIANT="scale=cpu_query_side ++size.suffix=-query_side-gpu"; SWEEP=-cpu-query_side-gpu
+  SEEDS="42 43 44 45 46"; VARIANT="scale=cpu_query_side ++scale.suffix=-query_side-gpu"; SWEEP=-cpu-query_side-gpu
   [ -n "${STUDIES:-}" ] || { echo "FINE_TUNING=query_side: name the studies, STUDIES=\"<study> ...\""; exit 2; }
 else
-  SEEDS="42 43 44"; VARIANT="++size.suffix=-gpu"; SWEEP=-cpu-gpu
+  SEEDS="42 43 44"; VARIANT="++scale.suffix=-gpu"; SWEEP=-cpu-gpu
 fi
 R=/tmp/results/studies; mkdir -p $R
 # the study runs earlier GPU sessions finished (experiments/sweeps/gpu-h100/, docs/gpu.md): skipped, not repeated

@@ -39,12 +39,12 @@ def _beir_sets(paths, split="test", metrics=("ndcg@10",)):
     return beir_sets(paths, split, metrics)
 
 
-def sweep_dir(experiment: str, size: str, stamp: str) -> str:
-    """Hydra sweep folder: ``multirun/<experiment>-<scale>`` for a study (fixed, so re-running it resumes),
-    ``multirun/<timestamp>`` for an ad-hoc ``-m`` sweep."""
+def sweep_dir(experiment: str, scale: str, stamp: str) -> str:
+    """Hydra sweep folder: ``multirun/<experiment>-<scale>`` for a study (``scale``: the scale's ``scale.name``, e.g.
+    ``cpu-query_side``; fixed, so re-running it resumes), ``multirun/<timestamp>`` for an ad-hoc ``-m`` sweep."""
     if experiment in ("adhoc", "", None):
         return f"multirun/{stamp}"
-    return f"multirun/{experiment}" + (f"-{size}" if size not in ("none", "", None) else "")
+    return f"multirun/{experiment}" + (f"-{scale}" if scale not in ("none", "", None) else "")
 
 
 _ITEM = re.compile(r",(?=[+~]*[A-Za-z_][\w.@]*=)")  # the "," that starts the next key=value of an override_dirname

@@ -17,14 +17,14 @@ TITLE = "Study: objectives over two seeds"
 REFS = {"bm25": {SET: {"ndcg@10": 0.31, "mrr@10": 0.5}}}
 # the report node as an experiment config writes it: columns and plot set through interpolations
 REPORT = """\
-size:
+scale:
   in_domain_columns: [nfcorpus_test:ndcg@10, nfcorpus_test:mrr@10]
   ratio_set: nfcorpus_test
 report:
   name: {name}
   title: "{title}"
   row_key: {row_key}
-  columns: ${{size.in_domain_columns}}
+  columns: ${{scale.in_domain_columns}}
   plot: {plot}
   notes: "Synthetic sweep for the tests."
 """
@@ -62,7 +62,7 @@ def test_render_table_from_sweep(study, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["table2_homogeneous.md", "table2_homogeneous.tex"]  # no temp files
     runs = collect([study])
     assert len(runs) == 6
-    # the table is render_table's, seeds aggregated, columns resolved from ${size.in_domain_columns}
+    # the table is render_table's, seeds aggregated, columns resolved from ${scale.in_domain_columns}
     assert md.startswith(render_table(runs, columns=COLUMNS, title=TITLE) + "\n\n")
     assert tex.startswith(render_table(runs, columns=COLUMNS, title=TITLE, fmt="latex") + "\n% ")
     rows = md_rows(md)
@@ -127,7 +127,7 @@ def test_render_cli_title_replaces_the_runs_caption(study, tmp_path, capsys):
 
 def test_render_ratio_plot(tmp_path):
     root = tmp_path / "figure_ratio_ablation-cpu"
-    plot = '{kind: ratio_ablation, eval_set: "${oc.select:size.ratio_set,nfcorpus_test}", metrics: [ndcg@10]}'
+    plot = '{kind: ratio_ablation, eval_set: "${oc.select:scale.ratio_set,nfcorpus_test}", metrics: [ndcg@10]}'
     for obj, base in (("singlelh", 0.3), ("jointlh", 0.32)):
         for G, M in ((8, 2), (8, 4), (16, 4)):
             v = [base + 0.01 * M, base + 0.01 * M + (0.02 if obj == "singlelh" else 0.05)]
@@ -225,11 +225,13 @@ def test_best_per_value_lists_repeated_settings_best_first_and_leaves_out_contin
         best_per_value([0.1, 0.2], [{}], ["loss"])
 
 
-def test_a_query_side_variant_renders_beside_the_study(tmp_path):
-    """``scale=cpu_query_side`` runs carry ``size.suffix: -query_side``: their files are
-    ``<report.name>_query_side.*`` with a labelled title, so rendering them never overwrites the two-tower study."""
+@pytest.mark.parametrize("node", ["scale", "size"])
+def test_a_query_side_variant_renders_beside_the_study(tmp_path, node):
+    """``scale=cpu_query_side`` runs carry ``scale.suffix: -query_side`` (runs made before the ``size`` group was
+    folded into ``scale``: ``size.suffix``): their files are ``<report.name>_query_side.*`` with a labelled title, so
+    rendering them never overwrites the two-tower study."""
     root = tmp_path / "table2_homogeneous-cpu-query_side"
-    variant = report_yaml().replace("size:\n", "size:\n  suffix: -query_side\n")
+    variant = report_yaml().replace("scale", node).replace(f"{node}:\n", f"{node}:\n  suffix: -query_side\n")
     for obj, per_seed in seeded_values().items():
         for seed, v in zip(SEEDS, per_seed):
             make_run(root, f"loss={obj},seed={seed}", obj, {SET: {"ndcg@10": qmap(v), "mrr@10": qmap(v / 2)}},
@@ -246,10 +248,10 @@ def test_a_query_side_variant_renders_beside_the_study(tmp_path):
 
 @pytest.mark.parametrize("suffix", ["", "-query_side"])
 def test_a_paper_scale_study_renders_beside_the_cpu_scale_one(tmp_path, suffix):
-    """Runs at paper scale (``size.name: paper[-query_side]``) render to ``<report.name>_paper[_query_side].*``: the
+    """Runs at paper scale (``scale.name: paper[-query_side]``) render to ``<report.name>_paper[_query_side].*``: the
     CPU-scale files of the same study are left alone."""
     root = tmp_path / f"table2_homogeneous-paper{suffix}"
-    paper = report_yaml().replace("size:\n", f"size:\n  suffix: '{suffix}'\n  name: paper${{size.suffix}}\n")
+    paper = report_yaml().replace("scale:\n", f"scale:\n  suffix: '{suffix}'\n  name: paper${{scale.suffix}}\n")
     for obj, per_seed in seeded_values().items():
         per_query = {SET: {"ndcg@10": qmap(per_seed[0]), "mrr@10": qmap(per_seed[0] / 2)}}
         make_run(root, f"loss={obj},seed=1", obj, per_query, seed=1, extra_config=paper)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -54,12 +55,13 @@ FAST = {"cpu-two_tower_wise_ft-2026-11-27", "cpu-query_side_objectives-2026-11-2
 def todays_overrides(overrides: list[str], evaluates: bool = False) -> list[str]:
     """An archived run's command-line overrides as today's configs spell them: ``launcher=parallel`` is retired
     (``parallel_jobs=<n>`` alone runs cells at once) and names no cell; the ``fine_tuning`` group became the scale
-    ``cpu_query_side`` and the ``training_regime`` group the ``regime`` group (the stage plan). A run that trained
+    ``cpu_query_side``, the ``training_regime`` group the ``regime`` group (the stage plan) and the ``size`` group's
+    settings ``scale``'s (``++size.suffix=-gpu``: ``++scale.suffix=-gpu``). A run that trained
     nothing (``evaluates``: Table 3, the WiSE-FT curves) is evaluate.py's now: its ``loss=`` names the objective of
     the model it evaluates and it has no trainer."""
     renamed = {"fine_tuning=query_side": "scale=cpu_query_side"}
-    kept = [renamed.get(o, o).replace("training_regime=", "regime=", 1) for o in overrides
-            if not o.startswith("launcher=")]
+    kept = [re.sub(r"^(\+*)size([.=])", r"\1scale\2", renamed.get(o, o).replace("training_regime=", "regime=", 1))
+            for o in overrides if not o.startswith("launcher=")]
     if evaluates:
         kept = [o.replace("loss=", "objective=", 1) if o.startswith("loss=") else o
                 for o in kept if not o.startswith("trainer")]

@@ -134,7 +134,7 @@ def test_without_a_kept_copy_the_refusal_says_that_hydra_replaced_the_files(tmp_
 def test_a_study_removes_the_resume_checkpoints_of_a_finished_run(tiny_beir, tiny_bert, tmp_path):
     """``keep_checkpoints: false`` (conf/scale, every study): once the run is complete its ``*.ckpt`` files go,
     ``model/`` and ``kept.json`` stay, the identical command still skips the run, and the config hash is unchanged
-    (``size`` is not in the spec). A run that is not finished keeps them (they are what it resumes from)."""
+    (``scale`` is not in the spec). A run that is not finished keeps them (they are what it resumes from)."""
     from multipos.runs.folder import remove_checkpoints
     from multipos.runs.spec import run_key
     from multipos.train import train

@@ -64,7 +64,7 @@ def _key(plain) -> str | None:
 def _configs():
     for experiment in EXPERIMENTS:
         job = job_config(experiment)
-        for variant in VARIANTS[job]:
+        for variant in VARIANTS:
             for cell in sweep_cells(experiment, seeds_once=True)[:2]:
                 yield job, [f"experiment={experiment}", *variant, *cell, *EXPERIMENT_NEEDS.get(experiment, [])]
     yield from EXTRA

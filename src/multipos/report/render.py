@@ -72,6 +72,13 @@ def read_spec(dirs: Sequence[Path]) -> dict:
     return spec
 
 
+def _scale_setting(run_dir: Path, key: str) -> object:
+    """``scale.<key>`` of a run's saved config; runs made before 2026-12-04 kept the scale's settings in a ``size``
+    node (the ``size`` group, since folded into ``scale``)."""
+    value = config_node(run_dir, f"scale.{key}")
+    return config_node(run_dir, f"size.{key}") if value is None else value
+
+
 def _duration(s: float) -> str:
     return f"{s:.0f} s" if s < 90 else f"{s / 60:.1f} min" if s < 5400 else f"{s / 3600:.2f} h"
 
@@ -233,7 +240,7 @@ def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results",
     ``title`` replaces ``report.title`` as the table caption (runs made with the overrides of a recipe under another
     experiment's config carry that experiment's title).
 
-    ``name`` replaces ``report.name`` as the output stem; without it, a study run as a variant (``size.suffix``, e.g.
+    ``name`` replaces ``report.name`` as the output stem; without it, a study run as a variant (``scale.suffix``, e.g.
     ``scale=cpu_query_side``) writes ``<report.name>_<suffix>`` and one at paper scale
     ``<report.name>_paper[_<suffix>]``, so neither overwrites the CPU-scale study. Files are written atomically
     (temporary sibling, then ``os.replace``). Runs are loaded with a progress bar (on a terminal).
@@ -252,11 +259,11 @@ def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results",
     spec = read_spec(complete + incomplete)
     if title is not None:
         spec["title"] = title
-    # a variant of a study (scale=cpu_query_side: size.suffix "-query_side") renders beside the study's own
+    # a variant of a study (scale=cpu_query_side: scale.suffix "-query_side") renders beside the study's own
     # files, never over them: table2_homogeneous_query_side.md next to table2_homogeneous.md; so does the study at
-    # paper scale (size.name paper...): table2_homogeneous_paper.md, table2_homogeneous_paper_query_side.md
-    suffix = str(config_node(complete[0], "size.suffix") or "").strip("-")
-    if str(config_node(complete[0], "size.name") or "").startswith("paper"):
+    # paper scale (scale.name paper...): table2_homogeneous_paper.md, table2_homogeneous_paper_query_side.md
+    suffix = str(_scale_setting(complete[0], "suffix") or "").strip("-")
+    if str(_scale_setting(complete[0], "name") or "").startswith("paper"):
         suffix = "_".join(filter(None, ("paper", suffix)))
     if suffix:
         spec["title"] = f"{spec['title']} ({suffix.replace('_', '-')})" if spec["title"] else None

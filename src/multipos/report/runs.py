@@ -186,7 +186,7 @@ def config_node(run_dir: str | Path, key: str, default: object = None) -> object
     """The node ``key`` (dotted) of ``<run_dir>/.hydra/config.yaml``, resolved, as plain Python values.
 
     Only that node is resolved (interpolations into other parts of the config, such as
-    ``${size.in_domain_columns}``, work; the rest of the config is never resolved). ``default`` when
+    ``${scale.in_domain_columns}``, work; the rest of the config is never resolved). ``default`` when
     the file or the key is absent. Raises ``ValueError`` naming the file when it cannot be read or
     the node cannot be resolved (e.g. a ``${hydra:...}`` interpolation outside a Hydra job).
     """

@@ -117,7 +117,9 @@ NOT_IN_SPEC = {
     "labels": "a study's selector: the qrels file it names is in data.source",
     "budget": "a study's selector: the budget it names is data.budget",
     "data_path": "own data: read as data.source.path",
-    "size.*": "scale presets, read through interpolations into settings in the spec",
+    "scale.*": "a scale's presets, read through interpolations into settings in the spec",
+    **{section: "evaluate.py: null (conf/evaluation_only.yaml); a run that trains nothing has no training section"
+       for section in ("data", "passages", "stages", "trainer", "module", "callbacks")},
     "budgets.*": "Table 7's budgets, read through the budget selector",
     "ratios.*": "the ratio figure's cells, read through the ratio selector",
     "negative_filters.*": "the negative-filter study's cells, read through its selector",
