@@ -72,11 +72,12 @@ def read_spec(dirs: Sequence[Path]) -> dict:
     return spec
 
 
-def _scale_setting(run_dir: Path, key: str) -> object:
-    """``scale.<key>`` of a run's saved config; runs made before 2026-12-04 kept the scale's settings in a ``size``
-    node (the ``size`` group, since folded into ``scale``)."""
-    value = config_node(run_dir, f"scale.{key}")
-    return config_node(run_dir, f"size.{key}") if value is None else value
+def _scale_settings(run_dir: Path) -> Mapping:
+    """The ``scale`` node of a run's saved config (``{}`` when none); runs made before 2026-12-04 kept the scale's
+    settings in a ``size`` node (the ``size`` group, since folded into ``scale``)."""
+    node = config_node(run_dir, "scale")
+    node = node if isinstance(node, Mapping) else config_node(run_dir, "size")
+    return node if isinstance(node, Mapping) else {}
 
 
 def _duration(s: float) -> str:
@@ -262,8 +263,9 @@ def render_sweep(sweep_dir: str | Path, out: str | Path = "experiments/results",
     # a variant of a study (scale=cpu_query_side: scale.suffix "-query_side") renders beside the study's own
     # files, never over them: table2_homogeneous_query_side.md next to table2_homogeneous.md; so does the study at
     # paper scale (scale.name paper...): table2_homogeneous_paper.md, table2_homogeneous_paper_query_side.md
-    suffix = str(_scale_setting(complete[0], "suffix") or "").strip("-")
-    if str(_scale_setting(complete[0], "name") or "").startswith("paper"):
+    scale = _scale_settings(complete[0])
+    suffix = str(scale.get("suffix") or "").strip("-")
+    if str(scale.get("name") or "").startswith("paper"):
         suffix = "_".join(filter(None, ("paper", suffix)))
     if suffix:
         spec["title"] = f"{spec['title']} ({suffix.replace('_', '-')})" if spec["title"] else None
