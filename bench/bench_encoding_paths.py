@@ -8,8 +8,9 @@ emulated there and many times slower). This benchmark measures the candidates av
 fp32, each encoding the full NFCorpus and TREC DL 2019 / 2020 sub-corpora (256 tokens, batch 64, length-sorted as
 ``multipos.retrieval.encoding.encode`` does), for the zero-shot start and, with ``--trained``, one trained seed (a
 ``model/`` folder of ``make train``). For every (model, set, path): passages a second and test nDCG@10; then the
-largest |nDCG@10(int8) - nDCG@10(fp32)| and the speed-up. The issue's rule: adopt int8 only where that gap is at
-most 0.002 on every set (docs/reliability.md).
+largest |nDCG@10(int8) - nDCG@10(fp32)|, the speed-up, and the two-sided paired t-test's p over the set's queries
+against fp32 (``p_vs_fp32``). The issue's rule: adopt int8 only where that gap is at most 0.002 on every set
+(docs/reliability.md).
 
 Each fp32 row also gives its rate against this CPU's fp32 matrix-multiply rate, measured in the same run
 (:func:`matmul_rate`): the encoder's floating-point operations per passage (:func:`encoder_flops`, each
@@ -116,9 +117,9 @@ def int8_copy(model, per_channel: bool = False):
     return out
 
 
-def score(model, name: str, bf16: bool = False) -> tuple[float, float, float]:
-    """(passages a second, test nDCG@10, the encoder's GFLOP a second by :func:`encoder_flops`) of ``model`` on the
-    set ``name`` (bf16 autocast only with ``bf16``; no cache)."""
+def score(model, name: str, bf16: bool = False) -> tuple[float, float, float, dict[str, float]]:
+    """(passages a second, test nDCG@10, the encoder's GFLOP a second by :func:`encoder_flops`, {query id:
+    nDCG@10}) of ``model`` on the set ``name`` (bf16 autocast only with ``bf16``; no cache)."""
     from multipos.evaluation.sets import EvalSet
     from multipos.retrieval.dense import dense_run
 
@@ -130,9 +131,9 @@ def score(model, name: str, bf16: bool = False) -> tuple[float, float, float]:
     run = dense_run(model, data, k=1000, batch_size=BATCH, bf16=bf16, passage_max_length=MAX_LENGTH, cache=None,
                     progress=False, device=None)
     seconds = time.perf_counter() - start
-    means, _ = eval_set.score(eval_set.clean(run), data)[name]
+    means, per_query = eval_set.score(eval_set.clean(run), data)[name]
     flops = encoder_flops(model, data.corpus.texts(data.corpus.ids))
-    return len(data.corpus) / seconds, float(means["ndcg@10"]), flops / seconds
+    return len(data.corpus) / seconds, float(means["ndcg@10"]), flops / seconds, per_query["ndcg@10"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,9 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--paths", default="fp32,int8")
     args = ap.parse_args(argv)
     from multipos.model.encoder import DualEncoder
+    from multipos.report.significance import paired_ttest
 
     models = {"zero-shot": "all-MiniLM-L6-v2", **({"trained": args.trained} if args.trained else {})}
-    rows = []
+    rows, per_query = [], {}  # per_query: (model, set, path) -> {query id: nDCG@10}
     paths = args.paths.split(",")
     unknown = sorted(set(paths) - {"fp32", "bf16", *QUANTISED})
     if unknown:
@@ -159,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         variants = {"fp32": base, **{p: int8_copy(base, per_channel=QUANTISED[p]) for p in paths if p in QUANTISED}}
         for name in args.sets.split(","):
             for kind in paths:
-                rate, ndcg, gflops = score(variants.get(kind, base), name, bf16=kind == "bf16")
+                rate, ndcg, gflops, per_query[label, name, kind] = score(variants.get(kind, base), name,
+                                                                         bf16=kind == "bf16")
                 rows.append({"model": label, "set": name, "path": kind, "passages_per_s": round(rate, 2),
                              "ndcg@10": round(ndcg, 4)})
                 if kind == "fp32":
@@ -170,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         if r["path"] == "fp32":
             continue
         ref = next(x for x in rows if x["path"] == "fp32" and x["model"] == r["model"] and x["set"] == r["set"])
+        _, p_value = paired_ttest(per_query[r["model"], r["set"], r["path"]], per_query[r["model"], r["set"], "fp32"])
+        r["p_vs_fp32"] = round(p_value, 4)  # two-sided paired t-test over the set's queries
         compared.setdefault(r["path"], []).append((abs(r["ndcg@10"] - ref["ndcg@10"]),
                                                    r["passages_per_s"] / ref["passages_per_s"]))
     candidates = [pairs for p, pairs in compared.items() if p in QUANTISED]  # bf16 is the reference, not one
