@@ -23,8 +23,8 @@ encoding: the length-sorted batches already carry 1.06 tokens through the encode
     MULTIPOS_BF16=0 python bench/bench_encoding_paths.py [--trained multirun/default-cpu/seed=42/model]
         [--sets nfcorpus_test,trec_dl19,trec_dl20] [--paths fp32,int8,int8_per_channel,bf16]
 
-Appends one JSON line to ``bench/results/encoding_paths.jsonl``. Takes about 40 min per model on the 2-core machine
-(fp32 about two thirds of it).
+Appends one JSON line to ``bench/results/encoding_paths.jsonl``. On the 2-core AMD EPYC each (model, path) takes
+about 9 min in fp32 over the three sets, 4–5 min in int8 or bf16.
 """
 
 from __future__ import annotations
