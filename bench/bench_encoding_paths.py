@@ -48,16 +48,6 @@ QUANTISED = {"int8": False, "int8_per_channel": True}
 BATCH, MAX_LENGTH = 64, 256
 
 
-def cpu_has_native_bf16() -> bool:
-    """True where /proc/cpuinfo lists AVX512-BF16 or AMX-BF16, whatever ``MULTIPOS_BF16`` says (the ``bf16`` path
-    is measured only there: emulated bf16 is many times slower than fp32)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
 def matmul_rate(repeats: int = 10) -> float:
     """This CPU's fp32 matrix-multiply rate in GFLOP/s (2·m·n·k operations a product; torch's threads as set): the
     best median over a (16,384 × 384) · (384 × 1,536) product and a 2,048² square one, after 3 warm-up calls."""
@@ -117,9 +107,9 @@ def int8_copy(model, per_channel: bool = False):
     return out
 
 
-def score(model, name: str, bf16: bool = False) -> tuple[float, float, float, dict[str, float]]:
-    """(passages a second, test nDCG@10, the encoder's GFLOP a second by :func:`encoder_flops`, {query id:
-    nDCG@10}) of ``model`` on the set ``name`` (bf16 autocast only with ``bf16``; no cache)."""
+def score(model, name: str, bf16: bool = False) -> tuple[float, float, dict[str, float], list[str]]:
+    """(encoding seconds, test nDCG@10, {query id: nDCG@10}, the corpus texts) of ``model`` on the set ``name``
+    (bf16 autocast only with ``bf16``; no cache)."""
     from multipos.evaluation.sets import EvalSet
     from multipos.retrieval.dense import dense_run
 
@@ -132,8 +122,7 @@ def score(model, name: str, bf16: bool = False) -> tuple[float, float, float, di
                     progress=False, device=None)
     seconds = time.perf_counter() - start
     means, per_query = eval_set.score(eval_set.clean(run), data)[name]
-    flops = encoder_flops(model, data.corpus.texts(data.corpus.ids))
-    return len(data.corpus) / seconds, float(means["ndcg@10"]), flops / seconds, per_query["ndcg@10"]
+    return seconds, float(means["ndcg@10"]), per_query["ndcg@10"], data.corpus.texts(data.corpus.ids)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,16 +131,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--paths", default="fp32,int8")
     args = ap.parse_args(argv)
+    from multipos.hardware import cpu_bf16
     from multipos.model.encoder import DualEncoder
     from multipos.report.significance import paired_ttest
 
     models = {"zero-shot": "all-MiniLM-L6-v2", **({"trained": args.trained} if args.trained else {})}
-    rows, per_query = [], {}  # per_query: (model, set, path) -> {query id: nDCG@10}
+    rows, per_query, flops = [], {}, {}  # per_query: (model, set, path) -> {query id: nDCG@10}; flops: set -> GFLOP
     paths = args.paths.split(",")
     unknown = sorted(set(paths) - {"fp32", "bf16", *QUANTISED})
     if unknown:
         ap.error(f"--paths: unknown path(s) {unknown}; choose from fp32, bf16, {', '.join(QUANTISED)}")
-    if "bf16" in paths and not cpu_has_native_bf16():
+    if "bf16" in paths and not cpu_bf16():  # emulated bf16 is many times slower than fp32
         print("bf16: this CPU has no native bf16 (AVX512-BF16 / AMX); path skipped", flush=True)
         paths.remove("bf16")
     peak = matmul_rate()
@@ -161,11 +151,14 @@ def main(argv: list[str] | None = None) -> int:
         variants = {"fp32": base, **{p: int8_copy(base, per_channel=QUANTISED[p]) for p in paths if p in QUANTISED}}
         for name in args.sets.split(","):
             for kind in paths:
-                rate, ndcg, gflops, per_query[label, name, kind] = score(variants.get(kind, base), name,
-                                                                         bf16=kind == "bf16")
-                rows.append({"model": label, "set": name, "path": kind, "passages_per_s": round(rate, 2),
-                             "ndcg@10": round(ndcg, 4)})
+                seconds, ndcg, per_query[label, name, kind], texts = score(variants.get(kind, base), name,
+                                                                           bf16=kind == "bf16")
+                rows.append({"model": label, "set": name, "path": kind,
+                             "passages_per_s": round(len(texts) / seconds, 2), "ndcg@10": round(ndcg, 4)})
                 if kind == "fp32":
+                    if name not in flops:  # the same count for every model: one tokenizer, one architecture
+                        flops[name] = encoder_flops(base, texts)
+                    gflops = flops[name] / seconds
                     rows[-1].update(gflop_per_s=round(gflops, 1), of_fp32_matmul_rate=round(gflops / peak, 3))
                 print(json.dumps(rows[-1]), flush=True)
     compared = {}  # path -> [(|nDCG@10 gap| to fp32, speed-up over fp32)] of each (model, set)

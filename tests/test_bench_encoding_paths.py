@@ -33,3 +33,26 @@ def test_an_unknown_path_is_refused_by_name(capsys):
     with pytest.raises(SystemExit):
         _bench().main(["--paths", "fp32,int4"])
     assert "int4" in capsys.readouterr().err
+
+
+def test_each_set_is_counted_once_and_only_fp32_rows_carry_the_rate(monkeypatch):
+    import multipos.hardware
+    import multipos.model.encoder
+
+    bench = _bench()
+    counted, records = [], []
+    monkeypatch.setattr(multipos.model.encoder, "DualEncoder", lambda *a, **k: type("M", (), {"eval": lambda s: s})())
+    monkeypatch.setattr(multipos.hardware, "cpu_bf16", lambda: True)
+    monkeypatch.setattr(bench, "matmul_rate", lambda: 100.0)
+    monkeypatch.setattr(bench, "encoder_flops", lambda model, texts: counted.append(len(texts)) or 50.0)
+    per_query = {"fp32": {"q1": 0.5, "q2": 0.7}, "bf16": {"q1": 0.5, "q2": 0.6}}
+    monkeypatch.setattr(bench, "score", lambda model, name, bf16=False: (
+        2.0 if bf16 else 5.0, 0.55 if bf16 else 0.6, per_query["bf16" if bf16 else "fp32"], ["t"] * 10))
+    monkeypatch.setattr(bench, "append_result", lambda path, record: records.append(record))
+    bench.main(["--trained", "m", "--sets", "trec_dl19,trec_dl20", "--paths", "fp32,bf16"])
+    assert counted == [10, 10]  # one count per set, shared by both models
+    rows = records[0]["rows"]
+    fp32 = [r for r in rows if r["path"] == "fp32"]
+    assert len(fp32) == 4 and all(r["gflop_per_s"] == 10.0 and r["of_fp32_matmul_rate"] == 0.1 for r in fp32)
+    assert all("gflop_per_s" not in r and "p_vs_fp32" in r for r in rows if r["path"] == "bf16")
+    assert records[0]["within_tolerance"] is None and records[0]["per_path"]["bf16"]["max_ndcg_gap"] == 0.05

@@ -3,8 +3,8 @@ often training logs."""
 
 from pathlib import Path
 
-__all__ = ["auto_precision", "native_bf16", "auto_workers", "auto_log_interval", "cores_per_job", "threads_per_job",
-           "set_torch_threads", "return_freed_memory"]
+__all__ = ["auto_precision", "native_bf16", "cpu_bf16", "auto_workers", "auto_log_interval", "cores_per_job",
+           "threads_per_job", "set_torch_threads", "return_freed_memory"]
 
 
 def auto_precision() -> str:
@@ -26,11 +26,17 @@ def auto_precision() -> str:
 
     if torch.cuda.is_available():
         return "bf16-mixed" if torch.cuda.is_bf16_supported() else "32-true"
+    return "bf16-mixed" if cpu_bf16() else "32-true"
+
+
+def cpu_bf16() -> bool:
+    """True where /proc/cpuinfo lists AVX512-BF16 or AMX-BF16 (the CPU computes bf16 natively), whatever
+    ``MULTIPOS_BF16`` says; False where the file cannot be read."""
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return "32-true"
-    return "bf16-mixed" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "32-true"
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def native_bf16() -> bool:
