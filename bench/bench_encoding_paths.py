@@ -1,15 +1,17 @@
 """Fast corpus encoding without native bf16: fp32 against dynamic int8 quantisation of the encoder's linear layers
-(one weight scale per layer, ``int8``, or per output channel, ``int8_per_channel``), with bf16 autocast (``bf16``,
-only where the CPU has native bf16) as the reference for the gap the project already accepts where bf16 is native.
+(one weight scale per layer, ``int8``, or per output channel, ``int8_per_channel``) and against the encoders exported
+to ONNX and run by ONNX Runtime (``onnxruntime``, fp32; needs the ``onnx`` extra), with bf16 autocast (``bf16``, only
+where the CPU has native bf16) as the reference for the gap the project already accepts where bf16 is native.
 
 On a CPU without AVX512-BF16 / AMX, multipos encodes the frozen index and the evaluation corpora in fp32 (bf16 is
-emulated there and many times slower). This benchmark measures the candidates available without a new library,
-``torch.ao.quantization.quantize_dynamic`` (int8 weights, activations quantised per batch, ``nn.Linear`` only), against
-fp32, each encoding the full NFCorpus and TREC DL 2019 / 2020 sub-corpora (256 tokens, batch 64, length-sorted as
+emulated there and many times slower). This benchmark measures the candidates against fp32:
+``torch.ao.quantization.quantize_dynamic`` (int8 weights, activations quantised per batch, ``nn.Linear`` only) and
+ONNX Runtime's CPU provider (optimum, which would wrap it, is not installable here), each encoding the full NFCorpus
+and TREC DL 2019 / 2020 sub-corpora (256 tokens, batch 64, length-sorted as
 ``multipos.retrieval.encoding.encode`` does), for the zero-shot start and, with ``--trained``, one trained seed (a
 ``model/`` folder of ``make train``). For every (model, set, path): passages a second and test nDCG@10; then the
-largest |nDCG@10(int8) - nDCG@10(fp32)|, the speed-up, and the two-sided paired t-test's p over the set's queries
-against fp32 (``p_vs_fp32``). The issue's rule: adopt int8 only where that gap is at most 0.002 on every set
+largest |nDCG@10(path) - nDCG@10(fp32)|, the speed-up, and the two-sided paired t-test's p over the set's queries
+against fp32 (``p_vs_fp32``). The issue's rule: adopt a path only where that gap is at most 0.002 on every set
 (docs/reliability.md).
 
 Each fp32 row also gives its rate against this CPU's fp32 matrix-multiply rate, measured in the same run
@@ -21,7 +23,7 @@ encoding: the length-sorted batches already carry 1.06 tokens through the encode
 (``multipos.retrieval.encoding``).
 
     MULTIPOS_BF16=0 python bench/bench_encoding_paths.py [--trained multirun/default-cpu/seed=42/model]
-        [--sets nfcorpus_test,trec_dl19,trec_dl20] [--paths fp32,int8,int8_per_channel,bf16]
+        [--sets nfcorpus_test,trec_dl19,trec_dl20] [--paths fp32,int8,int8_per_channel,onnxruntime,bf16]
 
 Appends one JSON line to ``bench/results/encoding_paths.jsonl``. On the 2-core AMD EPYC each (model, path) takes
 about 9 min in fp32 over the three sets, 4–5 min in int8 or bf16.
@@ -107,6 +109,67 @@ def int8_copy(model, per_channel: bool = False):
     return out
 
 
+def onnxruntime_encoder(module, folder: Path, name: str):
+    """``module`` (an encoder of a DualEncoder) exported to ``folder/name.onnx`` and run by ONNX Runtime's CPU
+    execution provider, as a ``torch.nn.Module`` called as the transformers module is (``input_ids``,
+    ``attention_mask`` [B, L] int64) whose output's ``last_hidden_state`` is a float32 tensor [B, L, H]; ``config`` is
+    the exported module's (H is read from it). Exported with ``torch.onnx.export``'s TorchScript exporter (opset 17,
+    batch and token axes dynamic); the session runs ``intra_op_num_threads`` = torch's thread count with its default
+    graph optimisations (all). Raises ModuleNotFoundError naming the ``onnx`` extra when onnxruntime or onnx is not
+    installed."""
+    import types
+
+    import torch
+
+    try:
+        import onnx  # noqa: F401  (torch.onnx.export writes through it)
+        import onnxruntime
+    except ModuleNotFoundError as err:
+        raise ModuleNotFoundError(f"the onnxruntime path needs onnxruntime and onnx: pip install -e '.[onnx]' ({err})"
+                                  ) from err
+
+    class Hidden(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask):
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    class OnnxRuntimeEncoder(torch.nn.Module):
+        def __init__(self, session, config):
+            super().__init__()
+            self.session, self.config = session, config
+            # encode() reads the model's device from its first parameter: an empty one, on the CPU
+            self.device_marker = torch.nn.Parameter(torch.zeros(0), requires_grad=False)
+
+        def forward(self, input_ids, attention_mask):
+            feed = {"input_ids": input_ids.cpu().numpy(), "attention_mask": attention_mask.cpu().numpy()}
+            return types.SimpleNamespace(last_hidden_state=torch.from_numpy(self.session.run(None, feed)[0]))
+
+    file = folder / f"{name}.onnx"
+    example = torch.ones(2, 8, dtype=torch.long)
+    axes = {k: {0: "batch", 1: "tokens"} for k in ("input_ids", "attention_mask", "last_hidden_state")}
+    with torch.no_grad():
+        torch.onnx.export(Hidden(module).eval(), (example, example), str(file), dynamo=False, opset_version=17,
+                          input_names=["input_ids", "attention_mask"], output_names=["last_hidden_state"],
+                          dynamic_axes=axes)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = torch.get_num_threads(), 1
+    session = onnxruntime.InferenceSession(str(file), options, providers=["CPUExecutionProvider"])
+    return OnnxRuntimeEncoder(session, module.config).eval()
+
+
+def onnxruntime_copy(model, folder: Path):
+    """A copy of ``model`` (a DualEncoder) whose query and passage encoders are :func:`onnxruntime_encoder` exports
+    (one when the encoder is shared), written under ``folder``."""
+    out = copy.deepcopy(model).eval()
+    out.query_encoder = onnxruntime_encoder(model.query_encoder, folder, "query_encoder")
+    out.passage_encoder = out.query_encoder if model.shared else onnxruntime_encoder(
+        model.passage_encoder, folder, "passage_encoder")
+    return out
+
+
 def score(model, name: str, bf16: bool = False) -> tuple[float, float, dict[str, float], list[str]]:
     """(encoding seconds, test nDCG@10, {query id: nDCG@10}, the corpus texts) of ``model`` on the set ``name``
     (bf16 autocast only with ``bf16``; no cache)."""
@@ -131,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--paths", default="fp32,int8")
     args = ap.parse_args(argv)
+    import tempfile
+
     from multipos.hardware import cpu_bf16
     from multipos.model.encoder import DualEncoder
     from multipos.report.significance import paired_ttest
@@ -138,9 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     models = {"zero-shot": "all-MiniLM-L6-v2", **({"trained": args.trained} if args.trained else {})}
     rows, per_query, flops = [], {}, {}  # per_query: (model, set, path) -> {query id: nDCG@10}; flops: set -> GFLOP
     paths = args.paths.split(",")
-    unknown = sorted(set(paths) - {"fp32", "bf16", *QUANTISED})
+    unknown = sorted(set(paths) - {"fp32", "bf16", "onnxruntime", *QUANTISED})
     if unknown:
-        ap.error(f"--paths: unknown path(s) {unknown}; choose from fp32, bf16, {', '.join(QUANTISED)}")
+        ap.error(f"--paths: unknown path(s) {unknown}; choose from fp32, bf16, onnxruntime, {', '.join(QUANTISED)}")
     if "bf16" in paths and not cpu_bf16():  # emulated bf16 is many times slower than fp32
         print("bf16: this CPU has no native bf16 (AVX512-BF16 / AMX); path skipped", flush=True)
         paths.remove("bf16")
@@ -149,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     for label, path in models.items():
         base = DualEncoder(path, pooling="mean", normalize=True).eval()
         variants = {"fp32": base, **{p: int8_copy(base, per_channel=QUANTISED[p]) for p in paths if p in QUANTISED}}
+        if "onnxruntime" in paths:
+            exported = tempfile.TemporaryDirectory(prefix="multipos-onnx-")
+            variants["onnxruntime"] = onnxruntime_copy(base, Path(exported.name))
         for name in args.sets.split(","):
             for kind in paths:
                 seconds, ndcg, per_query[label, name, kind], texts = score(variants.get(kind, base), name,
@@ -170,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         r["p_vs_fp32"] = round(p_value, 4)  # two-sided paired t-test over the set's queries
         compared.setdefault(r["path"], []).append((abs(r["ndcg@10"] - ref["ndcg@10"]),
                                                    r["passages_per_s"] / ref["passages_per_s"]))
-    candidates = [pairs for p, pairs in compared.items() if p in QUANTISED]  # bf16 is the reference, not one
+    candidates = [pairs for p, pairs in compared.items() if p != "bf16"]  # bf16 is the reference, not a candidate
     gaps = [g for pairs in candidates for g, _ in pairs]
     speedups = [s for pairs in candidates for _, s in pairs]
     per_path = {}

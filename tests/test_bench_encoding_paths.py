@@ -56,3 +56,23 @@ def test_each_set_is_counted_once_and_only_fp32_rows_carry_the_rate(monkeypatch)
     assert len(fp32) == 4 and all(r["gflop_per_s"] == 10.0 and r["of_fp32_matmul_rate"] == 0.1 for r in fp32)
     assert all("gflop_per_s" not in r and "p_vs_fp32" in r for r in rows if r["path"] == "bf16")
     assert records[0]["within_tolerance"] is None and records[0]["per_path"]["bf16"]["max_ndcg_gap"] == 0.05
+
+
+def test_the_onnxruntime_copy_encodes_as_the_model_does(tiny_bert, tmp_path):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    import numpy as np
+
+    from multipos.model.encoder import DualEncoder
+    from multipos.retrieval.encoding import encode
+
+    model = DualEncoder(str(tiny_bert), pooling="mean", normalize=True).eval()
+    texts = ["a b c", "a longer passage about the thing", "x", "y z y z y z y z y z y z"] * 5
+    copy = _bench().onnxruntime_copy(model, tmp_path)
+    assert copy.passage_encoder is copy.query_encoder  # a shared encoder is exported once
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["query_encoder.onnx"]
+    for kind in ("passage", "query"):
+        ours = encode(copy, texts, kind=kind, batch_size=8, bf16=False, progress=False, device=None)
+        ref = encode(model, texts, kind=kind, batch_size=8, bf16=False, progress=False, device=None)
+        np.testing.assert_allclose(ours, ref, atol=1e-5)
+    assert not hasattr(model.query_encoder, "session")  # the original keeps its torch encoder
