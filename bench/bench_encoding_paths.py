@@ -149,9 +149,11 @@ def onnxruntime_encoder(module, folder: Path, name: str):
 
     file = folder / f"{name}.onnx"
     example = torch.ones(2, 8, dtype=torch.long)
+    mask = example.clone()
+    mask[1, 5:] = 0  # a padded row, so that tracing keeps the attention mask's path
     axes = {k: {0: "batch", 1: "tokens"} for k in ("input_ids", "attention_mask", "last_hidden_state")}
     with torch.no_grad():
-        torch.onnx.export(Hidden(module).eval(), (example, example), str(file), dynamo=False, opset_version=17,
+        torch.onnx.export(Hidden(module).eval(), (example, mask), str(file), dynamo=False, opset_version=17,
                           input_names=["input_ids", "attention_mask"], output_names=["last_hidden_state"],
                           dynamic_axes=axes)
     options = onnxruntime.SessionOptions()
