@@ -102,3 +102,57 @@ def test_render_logs_the_table_and_figure_to_wandb_offline(tmp_path, monkeypatch
     assert tables, "the wandb.Table was not written"
     logged = json.loads(tables[0].read_text())
     assert logged["columns"] == loggers.markdown_rows(md)[0] and len(logged["data"]) == 4
+
+
+def _rows(path) -> list[dict]:
+    import csv
+
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_a_kill_while_the_csv_header_is_rewritten_loses_no_row(tmp_path, monkeypatch):
+    """A new metric name makes the writer rewrite ``metrics.csv``; killed before the new file takes the old one's
+    place, the old file is whole, and the resumed writer appends to it."""
+    import fsspec.implementations.local as local
+
+    from multipos.training.loggers import _AppendingWriter
+
+    writer = _AppendingWriter(str(tmp_path))
+    for step in range(3):
+        writer.log_metrics({"train/loss": 1.0 - step / 10}, step)
+        writer.save()
+
+    def killed(*_a, **_k):
+        raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(local.LocalFileSystem, "mv", killed)
+    writer.log_metrics({"val/ndcg@10": 0.3}, 2)
+    with pytest.raises(KeyboardInterrupt):
+        writer.save()
+    monkeypatch.undo()
+    assert [r["step"] for r in _rows(tmp_path / "metrics.csv")] == ["0", "1", "2"]
+
+    resumed = _AppendingWriter(str(tmp_path))
+    resumed.log_metrics({"train/loss": 0.5, "val/ndcg@10": 0.31}, 3)
+    resumed.save()
+    rows = _rows(tmp_path / "metrics.csv")
+    assert [r["step"] for r in rows] == ["0", "1", "2", "3"]
+    assert rows[0]["train/loss"] == "1.0" and rows[3]["val/ndcg@10"] == "0.31" and rows[0]["val/ndcg@10"] == ""
+
+
+def test_a_row_cut_short_by_a_kill_is_dropped_when_the_csv_is_reopened(tmp_path):
+    from multipos.training.loggers import _AppendingWriter
+
+    writer = _AppendingWriter(str(tmp_path))
+    for step in range(2):
+        writer.log_metrics({"train/loss": 0.9}, step)
+        writer.save()
+    with open(tmp_path / "metrics.csv", "a", newline="") as f:
+        f.write("2,0.8")  # killed half-way through the third row
+    resumed = _AppendingWriter(str(tmp_path))
+    assert resumed.metrics_keys == ["step", "train/loss"]
+    resumed.log_metrics({"train/loss": 0.7}, 2)
+    resumed.save()
+    assert [(r["step"], r["train/loss"]) for r in _rows(tmp_path / "metrics.csv")] == [
+        ("0", "0.9"), ("1", "0.9"), ("2", "0.7")]
