@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -148,6 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--seeds", default="42,43,44")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--log", type=Path, help="also keep the command's whole output here")
+    ap.add_argument("--keep", type=Path, help="copy the clone's multirun/ (run folders, trained models) here")
     args = ap.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="bench-plan-") as tmp:
@@ -160,6 +162,8 @@ def main(argv: list[str] | None = None) -> dict:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         wall, output, status = run_make(clone, run_args, env, Path(tmp) / "make.log")
         search = search_record(own_out) if args.data else {}
+        if args.keep and (clone / "multirun").is_dir():
+            shutil.copytree(clone / "multirun", args.keep, dirs_exist_ok=True)
     if args.log:
         args.log.write_text(output)
     predicted = predicted_minutes(output)
